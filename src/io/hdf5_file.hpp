@@ -1,0 +1,96 @@
+// Thin RAII layer over the HDF5 C API for result files (writer) and reference files (reader).
+// Only rank 0 writes, so the serial API is used even though the library is the parallel build.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace evalrun {
+
+// Writes a new HDF5 file under a temporary name next to `final_path` and renames it into place on
+// commit(); a writer destroyed without commit() removes its temporary file, so a failed run never
+// replaces or truncates an earlier good result. Parent groups of a path are created on demand.
+// Every dataset may be chunked + deflate-compressed (level 4) when it has more than `kChunkMin`
+// elements; `row_chunk` sets how many leading-dimension rows go into one chunk (0 = automatic).
+class H5Writer {
+ public:
+  explicit H5Writer(const std::string& final_path);
+  ~H5Writer();
+  H5Writer(const H5Writer&) = delete;
+  H5Writer& operator=(const H5Writer&) = delete;
+
+  void create_group(const std::string& path);
+
+  // dims' product must equal data.size(); dims empty means 1-D.
+  void write(const std::string& path, const std::vector<float>& data, std::vector<std::int64_t> dims = {},
+             std::int64_t row_chunk = 0);
+  void write(const std::string& path, const std::vector<double>& data, std::vector<std::int64_t> dims = {},
+             std::int64_t row_chunk = 0);
+  void write(const std::string& path, const std::vector<std::int64_t>& data, std::vector<std::int64_t> dims = {},
+             std::int64_t row_chunk = 0);
+  void write(const std::string& path, const std::vector<std::int32_t>& data, std::vector<std::int64_t> dims = {},
+             std::int64_t row_chunk = 0);
+  void write(const std::string& path, const std::vector<std::uint64_t>& data, std::vector<std::int64_t> dims = {},
+             std::int64_t row_chunk = 0);
+  // IEEE half precision stored as HDF5's 16-bit float type (h5py reads it as float16); input is the
+  // raw binary16 bit patterns.
+  void write_f16(const std::string& path, const std::vector<std::uint16_t>& bits, std::vector<std::int64_t> dims,
+                 std::int64_t row_chunk = 0);
+  // Variable-length UTF-8 strings.
+  void write_strings(const std::string& path, const std::vector<std::string>& data);
+  // Ragged rows as a group holding `values` (flat) and `offsets` (uint64, N+1 entries).
+  void write_ragged(const std::string& group, const std::vector<std::vector<std::int64_t>>& rows);
+  void write_ragged(const std::string& group, const std::vector<std::vector<float>>& rows);
+
+  // Attributes on a group or dataset ("/" is the root).
+  void set_attr(const std::string& object, const std::string& name, const std::string& value);
+  void set_attr(const std::string& object, const std::string& name, std::int64_t value);
+  void set_attr(const std::string& object, const std::string& name, double value);
+
+  const std::string& final_path() const { return final_path_; }
+  const std::string& temp_path() const { return temp_path_; }
+  void commit();  // flush, close, rename over final_path
+
+ private:
+  std::string final_path_;
+  std::string temp_path_;
+  std::int64_t file_ = -1;
+  bool committed_ = false;
+};
+
+// Read-only access. Missing objects and type mismatches are InputErrors naming the file and object.
+class H5Reader {
+ public:
+  explicit H5Reader(const std::string& path);
+  ~H5Reader();
+  H5Reader(const H5Reader&) = delete;
+  H5Reader& operator=(const H5Reader&) = delete;
+
+  const std::string& path() const { return path_; }
+  bool exists(const std::string& object) const;
+  std::vector<std::string> children(const std::string& group) const;  // sorted names
+  std::vector<std::int64_t> shape(const std::string& dataset) const;
+  bool has_attr(const std::string& object, const std::string& name) const;
+  std::vector<std::string> attr_names(const std::string& object) const;
+
+  // Numeric reads convert through HDF5's type conversion (e.g. a float16 or float32 dataset can be
+  // read as float).
+  std::vector<float> read_f32(const std::string& dataset) const;
+  std::vector<double> read_f64(const std::string& dataset) const;
+  std::vector<std::int64_t> read_i64(const std::string& dataset) const;
+  std::vector<std::uint64_t> read_u64(const std::string& dataset) const;
+  std::vector<std::string> read_strings(const std::string& dataset) const;  // fixed or variable length
+  std::vector<std::vector<std::int64_t>> read_ragged_i64(const std::string& group) const;
+  std::vector<std::vector<float>> read_ragged_f32(const std::string& group) const;
+
+  std::string attr_string(const std::string& object, const std::string& name) const;
+  std::int64_t attr_int(const std::string& object, const std::string& name) const;
+  double attr_double(const std::string& object, const std::string& name) const;
+
+ private:
+  std::string path_;
+  std::int64_t file_ = -1;
+};
+
+}  // namespace evalrun

@@ -1,0 +1,83 @@
+// Safetensors checkpoints: memory-mapped reading of one file or of a sharded directory
+// (model.safetensors.index.json), and writing (for `evalrun make-model` and tests).
+// Format: 8-byte little-endian header length N, N bytes of JSON header
+// {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {..}},
+// then the data buffer; offsets are relative to the buffer's start.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace evalrun {
+
+enum class TensorDType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL, F8_E4M3, F8_E5M2 };
+const char* to_string(TensorDType);       // "F32", ...
+std::size_t element_size(TensorDType);
+
+// A view of one tensor's bytes inside a mapped file. Valid while the owning file/checkpoint lives.
+struct TensorView {
+  std::string name;
+  TensorDType dtype;
+  std::vector<std::int64_t> shape;
+  const std::byte* data = nullptr;
+  std::size_t nbytes = 0;
+  std::string file;  // the file it lives in (for error messages)
+  std::int64_t numel() const;
+};
+
+// One .safetensors file, mapped read-only. Every header error (truncated file, bad JSON, unknown
+// dtype, offsets past the end or overlapping, size != numel * element size) is an InputError naming
+// the file and the tensor.
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const std::map<std::string, TensorView>& tensors() const { return tensors_; }
+  const TensorView* find(const std::string& name) const;  // nullptr if absent
+
+ private:
+  std::string path_;
+  void* map_ = nullptr;
+  std::size_t map_size_ = 0;
+  std::map<std::string, std::string> metadata_;
+  std::map<std::string, TensorView> tensors_;
+};
+
+// A checkpoint directory: model.safetensors, or model.safetensors.index.json + its shards.
+// An index naming a missing shard, or a tensor that is not in the shard the index names, is an error.
+class Checkpoint {
+ public:
+  explicit Checkpoint(const std::string& dir);
+  const std::string& dir() const { return dir_; }
+  std::vector<std::string> names() const;                  // sorted
+  const TensorView* find(const std::string& name) const;   // nullptr if absent
+  const TensorView& get(const std::string& name) const;    // InputError "tensor 'x' missing" if absent
+  std::vector<std::string> files() const;                   // the safetensors files, sorted
+
+ private:
+  std::string dir_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const TensorView*> index_;
+};
+
+// Writing. Tensors are written in name order with 8-byte-aligned header padding (spaces), as the
+// reference implementation does.
+struct TensorToWrite {
+  std::string name;
+  TensorDType dtype;
+  std::vector<std::int64_t> shape;
+  std::vector<std::byte> data;  // little-endian, row-major
+};
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
+
+}  // namespace evalrun

@@ -1,0 +1,34 @@
+// Helpers shared by the unit tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <unistd.h>
+
+namespace evalrun::testing {
+
+// ../shared/data when .ci/run (or the developer) sets EVALRUN_DATA_DIR; "" otherwise. Tests that
+// need it call GTEST_SKIP() when it is empty, so the suite passes on a fresh clone without it.
+inline std::string shared_data_dir() {
+  const char* d = std::getenv("EVALRUN_DATA_DIR");
+  if (d == nullptr || *d == '\0') return "";
+  return std::filesystem::path(d).string();
+}
+
+#define EVALRUN_REQUIRE_SHARED_DATA(var)                                      \
+  const std::string var = ::evalrun::testing::shared_data_dir();             \
+  if (var.empty()) GTEST_SKIP() << "EVALRUN_DATA_DIR is not set";
+
+// A fresh empty directory under the system temp dir, removed by the caller's TearDown if wanted.
+inline std::filesystem::path make_temp_dir(const std::string& prefix) {
+  auto base = std::filesystem::temp_directory_path();
+  for (int i = 0;; ++i) {
+    auto p = base / (prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(i));
+    if (std::filesystem::create_directory(p)) return p;
+  }
+}
+
+}  // namespace evalrun::testing
