@@ -15,6 +15,8 @@ namespace evalrun {
 // elements; `row_chunk` sets how many leading-dimension rows go into one chunk (0 = automatic).
 class H5Writer {
  public:
+  static constexpr std::int64_t kChunkMin = 4096;  // datasets with more elements are chunked + compressed
+
   explicit H5Writer(const std::string& final_path);
   ~H5Writer();
   H5Writer(const H5Writer&) = delete;
