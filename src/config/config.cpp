@@ -1,1 +1,711 @@
-// placeholder: being written
+// TOML -> RunSpec. One table (kKeys) lists every key with its type, range, applicability and the
+// RunSpec field it sets; parsing, validation, describe_config_keys() and the serialised config_text
+// all walk that table, so adding a key is one entry there plus the field in run_spec.hpp.
+#include "config/config.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string_view>
+#include <toml.hpp>
+
+#include "common/errors.hpp"
+#include "common/text.hpp"
+
+namespace evalrun {
+namespace {
+
+enum class Kind { string, integer, floating, boolean, enumeration };
+// Which runs a key may be set on; set on another kind of run it is an error, not silently ignored.
+enum class Applies { always, qa, mlm };
+
+// A key's value once its type is checked (only the member matching the Kind is meaningful).
+struct Scalar {
+  std::string s;
+  std::int64_t i = 0;
+  double f = 0.0;
+  bool b = false;
+  std::size_t choice = 0;  // index into KeySpec::choices
+};
+
+struct KeySpec {
+  const char* section = "";
+  const char* key = "";
+  Kind kind = Kind::string;
+  std::vector<std::string> choices = {};  // enumeration values, in RunSpec enum order
+  std::int64_t min = 0;                   // integers, inclusive
+  std::int64_t max = 0;
+  Applies applies = Applies::always;
+  bool required = false;
+  const char* default_note = "";  // shown by describe_config_keys()
+  const char* allowed_note = "";  // "" = derived from choices / min / max
+  const char* help = "";
+  void (*apply)(RunSpec&, const Scalar&) = nullptr;  // stores the checked value in its RunSpec field
+  // Extra check on the value; returns "" or what is wrong (the key is prefixed by the caller).
+  std::string (*check)(const Scalar&) = nullptr;
+
+  std::string full() const { return std::string(section) + "." + key; }
+};
+
+constexpr std::int64_t kIntMax = INT_MAX;
+constexpr std::int64_t kI64Max = std::numeric_limits<std::int64_t>::max();
+
+std::string check_run_name(const Scalar& v) {
+  if (v.s.empty()) return "must not be empty";
+  for (char c : v.s) {
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+              c == '_' || c == '-';
+    if (!ok) return "'" + v.s + "' cannot be used as a file name: use only letters, digits, '.', '_' and '-'";
+  }
+  return "";
+}
+
+std::string check_not_empty(const Scalar& v) { return v.s.empty() ? "must not be empty" : ""; }
+
+std::string check_finite(const Scalar& v) { return std::isfinite(v.f) ? "" : "must be a finite number"; }
+
+const std::vector<KeySpec>& key_specs() {
+  // clang-format off
+  static const std::vector<KeySpec> keys = {
+      // [run]
+      {.section = "run", .key = "name", .kind = Kind::string, .required = true, .default_note = "(required)", .allowed_note = "[A-Za-z0-9._-]+",
+       .help = "run name; the result file is results/<name>.h5 unless output.path is set",
+       .apply = [](RunSpec& r, const Scalar& v) { r.run.name = v.s; }, .check = check_run_name},
+      {.section = "run", .key = "seed", .kind = Kind::integer, .max = kI64Max, .default_note = "0",
+       .help = "seed for torch (random init, any sampling)",
+       .apply = [](RunSpec& r, const Scalar& v) { r.run.seed = static_cast<std::uint64_t>(v.i); }},
+      {.section = "run", .key = "threads", .kind = Kind::integer, .max = kIntMax, .default_note = "0",
+       .help = "torch intra-op threads per rank; 0 = cores on the node / ranks on the node",
+       .apply = [](RunSpec& r, const Scalar& v) { r.run.threads = static_cast<int>(v.i); }},
+      // [model]
+      {.section = "model", .key = "path", .kind = Kind::string, .required = true, .default_note = "(required)", .allowed_note = "directory",
+       .help = "Hugging Face checkpoint directory (config.json + *.safetensors)",
+       .apply = [](RunSpec& r, const Scalar& v) { r.model.path = v.s; }, .check = check_not_empty},
+      {.section = "model", .key = "tokenizer", .kind = Kind::string, .default_note = "model.path", .allowed_note = "directory",
+       .help = "tokenizer directory (vocab.json + merges.txt, or tokenizer.json)",
+       .apply = [](RunSpec& r, const Scalar& v) { r.model.tokenizer = v.s; }},
+      {.section = "model", .key = "dtype", .kind = Kind::enumeration, .choices = {"fp32", "bf16", "fp16"}, .default_note = "\"fp32\"",
+       .help = "compute precision of the weights and activations",
+       .apply = [](RunSpec& r, const Scalar& v) { r.model.dtype = static_cast<DType>(v.choice); }},
+      {.section = "model", .key = "device", .kind = Kind::enumeration, .choices = {"cpu", "cuda", "aiu"}, .default_note = "\"cpu\"",
+       .help = "device the model runs on",
+       .apply = [](RunSpec& r, const Scalar& v) { r.model.device = static_cast<Device>(v.choice); }},
+      // [task]
+      {.section = "task", .key = "kind", .kind = Kind::enumeration, .choices = {"qa", "mlm"}, .required = true, .default_note = "(required)",
+       .help = "qa = extractive question answering (SQuAD), mlm = masked-token prediction",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.kind = static_cast<TaskKind>(v.choice); }},
+      {.section = "task", .key = "dataset", .kind = Kind::string, .required = true, .default_note = "(required)", .allowed_note = "file",
+       .help = "qa: SQuAD JSON / jsonl; mlm: jsonl {\"id\",\"text\",\"targets\"?} or a text file",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.dataset = v.s; }, .check = check_not_empty},
+      {.section = "task", .key = "batch_size", .kind = Kind::integer, .min = 1, .max = kIntMax, .default_note = "8",
+       .help = "sequences per forward pass on each rank (results do not depend on it)",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.batch_size = static_cast<int>(v.i); }},
+      {.section = "task", .key = "max_samples", .kind = Kind::integer, .max = kI64Max, .default_note = "0",
+       .help = "0 = every example; otherwise the first N examples in file order",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.max_samples = v.i; }},
+      {.section = "task", .key = "max_seq_length", .kind = Kind::integer, .min = 16, .max = 8192, .default_note = "384",
+       .help = "tokens per sequence (question + context for qa)",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.max_seq_length = static_cast<int>(v.i); }},
+      {.section = "task", .key = "doc_stride", .kind = Kind::integer, .min = 1, .max = kIntMax, .applies = Applies::qa, .default_note = "128", .allowed_note = "1..max_seq_length-1",
+       .help = "qa only: overlap in tokens between windows of a long context",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.doc_stride = static_cast<int>(v.i); }},
+      {.section = "task", .key = "n_best_size", .kind = Kind::integer, .min = 1, .max = kIntMax, .applies = Applies::qa, .default_note = "20",
+       .help = "qa only: start/end candidates considered per window",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.n_best_size = static_cast<int>(v.i); }},
+      {.section = "task", .key = "max_answer_length", .kind = Kind::integer, .min = 1, .max = kIntMax, .applies = Applies::qa, .default_note = "30",
+       .help = "qa only: longest answer in tokens",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.max_answer_length = static_cast<int>(v.i); }},
+      {.section = "task", .key = "version_2_with_negative", .kind = Kind::boolean, .applies = Applies::qa, .default_note = "false",
+       .help = "qa only: SQuAD 2.0 (questions may have no answer)",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.version_2_with_negative = v.b; }},
+      {.section = "task", .key = "null_score_diff_threshold", .kind = Kind::floating, .applies = Applies::qa, .default_note = "0.0", .allowed_note = "finite",
+       .help = "qa only, with version_2_with_negative: predict no answer when null score - best span score > this",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.null_score_diff_threshold = v.f; }, .check = check_finite},
+      {.section = "task", .key = "pad_to_max_length", .kind = Kind::boolean, .applies = Applies::qa, .default_note = "false",
+       .help = "qa only: pad every window to max_seq_length (else to the longest in the batch)",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.pad_to_max_length = v.b; }},
+      {.section = "task", .key = "top_k", .kind = Kind::integer, .min = 1, .max = kIntMax, .applies = Applies::mlm, .default_note = "5",
+       .help = "mlm only: predictions kept per <mask>",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.top_k = static_cast<int>(v.i); }},
+      // [parallel]
+      {.section = "parallel", .key = "tensor_parallel", .kind = Kind::integer, .min = 1, .max = kIntMax, .default_note = "1",
+       .help = "ranks sharing one model replica; the world size must be a multiple of it",
+       .apply = [](RunSpec& r, const Scalar& v) { r.parallel.tensor_parallel = static_cast<int>(v.i); }},
+      // [output]
+      {.section = "output", .key = "path", .kind = Kind::string, .default_note = "results/<run.name>.h5", .allowed_note = "file",
+       .help = "HDF5 result file",
+       .apply = [](RunSpec& r, const Scalar& v) { r.output.path = v.s; }},
+      {.section = "output", .key = "logits", .kind = Kind::enumeration, .choices = {"none", "topk", "full"}, .default_note = "\"full\"",
+       .help = "logits stored in the result file: none, the top-k of each row, or every value",
+       .apply = [](RunSpec& r, const Scalar& v) { r.output.logits = static_cast<LogitsMode>(v.choice); }},
+      {.section = "output", .key = "top_k", .kind = Kind::integer, .min = 1, .max = kIntMax, .default_note = "20",
+       .help = "only with logits = \"topk\": values kept per logits row",
+       .apply = [](RunSpec& r, const Scalar& v) { r.output.top_k = static_cast<int>(v.i); }},
+      {.section = "output", .key = "predictions_json", .kind = Kind::string, .applies = Applies::qa, .default_note = "\"\" (not written)", .allowed_note = "file",
+       .help = "qa only: also write predictions in the official SQuAD evaluation script's format",
+       .apply = [](RunSpec& r, const Scalar& v) { r.output.predictions_json = v.s; }},
+  };
+  // clang-format on
+  return keys;
+}
+
+const std::vector<std::string>& section_names() {
+  static const std::vector<std::string> names = {"run", "model", "task", "parallel", "output"};
+  return names;
+}
+
+const KeySpec* find_spec(std::string_view section, std::string_view key) {
+  for (const auto& k : key_specs())
+    if (section == k.section && key == k.key) return &k;
+  return nullptr;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+std::string type_phrase(toml::value_t t) {
+  switch (t) {
+    case toml::value_t::boolean:
+      return "a boolean";
+    case toml::value_t::integer:
+      return "an integer";
+    case toml::value_t::floating:
+      return "a float";
+    case toml::value_t::string:
+      return "a string";
+    case toml::value_t::offset_datetime:
+    case toml::value_t::local_datetime:
+      return "a date-time";
+    case toml::value_t::local_date:
+      return "a date";
+    case toml::value_t::local_time:
+      return "a time";
+    case toml::value_t::array:
+      return "an array";
+    case toml::value_t::table:
+      return "a table";
+    default:
+      return "nothing";
+  }
+}
+
+const char* kind_phrase(Kind k) {
+  switch (k) {
+    case Kind::string:
+      return "a string";
+    case Kind::integer:
+      return "an integer";
+    case Kind::floating:
+      return "a number";
+    case Kind::boolean:
+      return "a boolean (true or false)";
+    case Kind::enumeration:
+      return "a string";
+  }
+  return "?";
+}
+
+// ---- TOML text helpers ----------------------------------------------------------------------------
+
+std::string trim(std::string_view s) {
+  const char* ws = " \t\r\n";
+  auto b = s.find_first_not_of(ws);
+  if (b == std::string_view::npos) return "";
+  auto e = s.find_last_not_of(ws);
+  return std::string(s.substr(b, e - b + 1));
+}
+
+// toml11's multi-line report ("[error] toml::parse_x: what\n --> file\n | \n 5 | text\n | ^--- hint")
+// condensed to one line; `line` receives the last source line number it points at.
+std::string condense_syntax_error(const std::string& report, std::uint32_t& line) {
+  std::istringstream in(report);
+  std::string first, text, hint, l;
+  std::getline(in, first);
+  while (std::getline(in, l)) {
+    auto bar = l.find(" | ");
+    if (bar == std::string::npos) continue;
+    std::string num = trim(l.substr(0, bar));
+    std::string rest = l.substr(bar + 3);
+    if (!num.empty() && std::all_of(num.begin(), num.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      line = static_cast<std::uint32_t>(std::stoul(num));
+      text = trim(rest);
+    } else if (num.empty()) {
+      auto mark = rest.find("--- ");
+      if (mark == std::string::npos) mark = rest.find("~ ");
+      if (mark != std::string::npos) hint = trim(rest.substr(rest.find(' ', mark) + 1));
+    }
+  }
+  if (first.rfind("[error] ", 0) == 0) first.erase(0, 8);
+  if (first.rfind("toml::", 0) == 0) {
+    auto colon = first.find(": ");
+    if (colon != std::string::npos) first.erase(0, colon + 2);
+  }
+  std::string msg = "TOML syntax error: " + trim(first);
+  if (!hint.empty() && hint != "here") msg += " (" + hint + ")";
+  if (!text.empty()) msg += " in: " + text;
+  return msg;
+}
+
+std::string format_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// One value as TOML, on one line; floats in their shortest round-trip form.
+std::string format_value(const toml::value& v) {
+  switch (v.type()) {
+    case toml::value_t::string:
+      return format_string(v.as_string().str);
+    case toml::value_t::integer:
+      return std::to_string(v.as_integer());
+    case toml::value_t::boolean:
+      return v.as_boolean() ? "true" : "false";
+    case toml::value_t::floating: {
+      double f = v.as_floating();
+      if (std::isnan(f)) return "nan";
+      if (std::isinf(f)) return f < 0 ? "-inf" : "inf";
+      char buf[64];
+      auto res = std::to_chars(buf, buf + sizeof buf, f);
+      std::string s(buf, res.ptr);
+      if (s.find_first_of(".e") == std::string::npos) s += ".0";
+      return s;
+    }
+    default: {
+      std::string s = toml::format(v, 0);
+      while (!s.empty() && s.back() == '\n') s.pop_back();
+      return s;
+    }
+  }
+}
+
+// ---- the loader ---------------------------------------------------------------------------------
+
+struct Override {
+  std::string section, key, text;
+  toml::value value;
+};
+
+class Loader {
+ public:
+  explicit Loader(std::string origin) : origin_(std::move(origin)) {}
+
+  RunSpec load(const std::string& text, const std::vector<std::string>& overrides) {
+    root_ = parse_text(text);
+    for (const auto& o : overrides) apply_override(parse_override(o));
+    check_structure();
+    RunSpec spec;
+    spec.config_path = origin_;
+    read_values(spec);
+    check_required();
+    check_applicability(spec);
+    if (spec.output.path.empty()) spec.output.path = "results/" + spec.run.name + ".h5";
+    if (spec.model.tokenizer.empty()) spec.model.tokenizer = spec.model.path;
+    spec.config_text = serialise();
+    return spec;
+  }
+
+ private:
+  std::string origin_;
+  toml::value root_;
+  std::map<std::string, std::string> overridden_;  // full key -> the "--set" text that set it
+  std::set<std::string> set_keys_;                 // full keys present after overrides
+
+  toml::value parse_text(const std::string& text) {
+    std::istringstream in(text);
+    try {
+      return toml::parse(in, origin_);
+    } catch (const toml::syntax_error& e) {
+      std::uint32_t line = e.location().line();
+      std::string msg = condense_syntax_error(e.what(), line);
+      throw InputError(origin_ + ":" + std::to_string(line), msg);
+    } catch (const std::exception& e) {
+      std::string first = e.what();
+      first = first.substr(0, first.find('\n'));
+      throw InputError(origin_, "cannot parse TOML: " + first);
+    }
+  }
+
+  Override parse_override(const std::string& text) const {
+    auto bad = [&](const std::string& why) { return InputError(origin_ + ": --set " + text, why); };
+    auto eq = text.find('=');
+    if (eq == std::string::npos) throw bad("an override must look like section.key=value (no '=' found)");
+    Override o;
+    o.text = text;
+    std::string lhs = trim(std::string_view(text).substr(0, eq));
+    std::string rhs = trim(std::string_view(text).substr(eq + 1));
+    auto dot = lhs.find('.');
+    if (dot == std::string::npos || dot == 0 || dot + 1 == lhs.size() ||
+        lhs.find('.', dot + 1) != std::string::npos)
+      throw bad("an override must look like section.key=value, e.g. task.batch_size=4 (got key '" + lhs +
+                "')");
+    o.section = lhs.substr(0, dot);
+    o.key = lhs.substr(dot + 1);
+    // A TOML value if it is one (4, true, "x", 0.5); otherwise the text itself as a string, so
+    // `--set model.dtype=bf16` needs no shell-escaped quotes.
+    o.value = toml::value(rhs);
+    try {
+      std::istringstream in("v = " + rhs + "\n");
+      toml::value parsed = toml::parse(in, "--set");
+      if (parsed.is_table() && parsed.as_table().size() == 1 && parsed.contains("v"))
+        o.value = parsed.at("v");
+    } catch (const std::exception&) {
+    }
+    return o;
+  }
+
+  void apply_override(const Override& o) {
+    auto& root = root_.as_table();
+    auto it = root.find(o.section);
+    if (it == root.end()) it = root.emplace(o.section, toml::table{}).first;
+    if (!it->second.is_table())
+      throw InputError(
+          origin_ + ": --set " + o.text,
+          "'" + o.section + "' is " + type_phrase(it->second.type()) + " in the file, not a section");
+    it->second.as_table()[o.key] = o.value;
+    overridden_[o.section + "." + o.key] = o.text;
+  }
+
+  // "file:line" for a key from the file, "file: --set key" for one from an override, "file" if unknown.
+  std::string where(const std::string& full_key, const toml::value* v) const {
+    if (auto it = overridden_.find(full_key); it != overridden_.end()) return origin_ + ": --set " + full_key;
+    if (v != nullptr) {
+      const auto loc = v->location();
+      if (loc.file_name() == origin_ && loc.line() > 0) return origin_ + ":" + std::to_string(loc.line());
+    }
+    return origin_;
+  }
+
+  // Sort key so entries are checked (and the first error reported) in file order, overrides last.
+  std::pair<std::uint64_t, std::string> order(const std::string& full_key, const toml::value& v) const {
+    if (overridden_.count(full_key)) return {std::numeric_limits<std::uint64_t>::max(), full_key};
+    const auto loc = v.location();
+    // Sections a --set created have no place in the file: they come after it too.
+    return {loc.file_name() == origin_ ? loc.line() : std::numeric_limits<std::uint64_t>::max(), full_key};
+  }
+
+  template <typename Table>
+  std::vector<std::pair<std::string, const toml::value*>> in_file_order(const Table& t,
+                                                                        const std::string& prefix) const {
+    std::vector<std::pair<std::string, const toml::value*>> out;
+    for (const auto& [k, v] : t) out.emplace_back(k, &v);
+    std::sort(out.begin(), out.end(), [&](const auto& a, const auto& b) {
+      return order(prefix + a.first, *a.second) < order(prefix + b.first, *b.second);
+    });
+    return out;
+  }
+
+  void check_structure() {
+    for (const auto& [section, table] : in_file_order(root_.as_table(), "")) {
+      const bool known =
+          std::find(section_names().begin(), section_names().end(), section) != section_names().end();
+      if (!known) {
+        // A section not in the file was created by a --set: name that override.
+        std::string w = where(section, table);
+        if (table->location().file_name() != origin_)
+          for (const auto& [k, text] : overridden_)
+            if (k.rfind(section + ".", 0) == 0) w = where(k, nullptr);
+        std::string msg;
+        if (table->is_table()) {
+          msg = "unknown section [" + section + "]";
+          auto guess = closest_match(section, section_names());
+          if (!guess.empty()) msg += " (did you mean [" + guess + "]?)";
+        } else {
+          msg = "unknown key '" + section + "'";
+          msg += suggestion_for_top_level_key(section);
+        }
+        msg += "; sections are " + join(section_names(), ", ");
+        throw InputError(w, msg);
+      }
+      if (!table->is_table())
+        throw InputError(where(section, table), "'" + section + "' must be a section ([" + section +
+                                                    "]), got " + type_phrase(table->type()));
+      for (const auto& [key, value] : in_file_order(table->as_table(), section + ".")) {
+        const std::string full = section + "." + key;
+        if (find_spec(section, key) == nullptr)
+          throw InputError(where(full, value),
+                           "unknown key '" + full + "'" + suggestion_for_key(section, key));
+        set_keys_.insert(full);
+      }
+    }
+  }
+
+  // "(did you mean 'task.batch_size'?)": a near spelling in the same section, else the same key
+  // name in another section (task.dtype -> model.dtype).
+  static std::string suggestion_for_key(const std::string& section, const std::string& key) {
+    std::vector<std::string> same;
+    for (const auto& k : key_specs())
+      if (section == k.section) same.push_back(k.key);
+    auto guess = closest_match(key, same);
+    if (!guess.empty()) return " (did you mean '" + section + "." + guess + "'?)";
+    for (const auto& k : key_specs())
+      if (key == k.key) return " (did you mean '" + k.full() + "'?)";
+    std::vector<std::string> all;
+    for (const auto& k : key_specs()) all.push_back(k.full());
+    guess = closest_match(section + "." + key, all);
+    if (!guess.empty()) return " (did you mean '" + guess + "'?)";
+    return "; keys of [" + section + "] are " + join(same, ", ");
+  }
+
+  // A bare key at the top of the file: it belongs in a section.
+  static std::string suggestion_for_top_level_key(const std::string& key) {
+    for (const auto& k : key_specs())
+      if (key == k.key) return " (did you mean '" + k.full() + "'? keys belong in a section)";
+    return "";
+  }
+
+  const toml::value* find_value(const KeySpec& k) const {
+    const auto& root = root_.as_table();
+    auto s = root.find(k.section);
+    if (s == root.end()) return nullptr;
+    const auto& t = s->second.as_table();
+    auto v = t.find(k.key);
+    return v == t.end() ? nullptr : &v->second;
+  }
+
+  Scalar typed(const KeySpec& k, const toml::value& v) const {
+    const std::string full = k.full();
+    // "--set task.batch_size" already names the key; a file location does not.
+    const std::string prefix = overridden_.count(full) ? "" : full + ": ";
+    auto fail = [&](const std::string& what) { return InputError(where(full, &v), prefix + what); };
+    auto wrong_type = [&]() {
+      return fail(std::string("expected ") + kind_phrase(k.kind) + ", got " + type_phrase(v.type()));
+    };
+    Scalar out;
+    switch (k.kind) {
+      case Kind::string:
+        if (!v.is_string()) throw wrong_type();
+        out.s = v.as_string().str;
+        break;
+      case Kind::boolean:
+        if (!v.is_boolean()) throw wrong_type();
+        out.b = v.as_boolean();
+        break;
+      case Kind::floating:
+        if (v.is_integer()) {
+          out.f = static_cast<double>(v.as_integer());
+        } else if (v.is_floating()) {
+          out.f = v.as_floating();
+        } else {
+          throw wrong_type();
+        }
+        break;
+      case Kind::integer: {
+        if (!v.is_integer()) throw wrong_type();
+        out.i = v.as_integer();
+        if (out.i < k.min || out.i > k.max) {
+          std::string range = k.max == kIntMax || k.max == kI64Max
+                                  ? ">= " + std::to_string(k.min)
+                                  : "in [" + std::to_string(k.min) + ", " + std::to_string(k.max) + "]";
+          if (out.i > k.max && (k.max == kIntMax || k.max == kI64Max)) range = "<= " + std::to_string(k.max);
+          throw fail("must be " + range + ", got " + std::to_string(out.i));
+        }
+        break;
+      }
+      case Kind::enumeration: {
+        if (!v.is_string()) throw wrong_type();
+        out.s = v.as_string().str;
+        auto it = std::find(k.choices.begin(), k.choices.end(), out.s);
+        if (it == k.choices.end()) {
+          std::string msg = "'" + out.s + "' is not allowed; allowed values: " + join(k.choices, ", ");
+          // A case slip ("BF16") is the likeliest typo; else the nearest spelling.
+          std::string guess;
+          for (const auto& c : k.choices)
+            if (std::equal(c.begin(), c.end(), out.s.begin(), out.s.end(), [](char a, char b) {
+                  return std::tolower(static_cast<unsigned char>(a)) ==
+                         std::tolower(static_cast<unsigned char>(b));
+                }))
+              guess = c;
+          if (guess.empty()) guess = closest_match(out.s, k.choices);
+          if (!guess.empty()) msg += " (did you mean '" + guess + "'?)";
+          throw fail(msg);
+        }
+        out.choice = static_cast<std::size_t>(it - k.choices.begin());
+        break;
+      }
+    }
+    if (k.check != nullptr) {
+      std::string problem = k.check(out);
+      if (!problem.empty()) throw fail(problem);
+    }
+    return out;
+  }
+
+  void read_values(RunSpec& spec) const {
+    // In file order, so the first problem in the file is the one reported.
+    std::vector<std::pair<std::pair<std::uint64_t, std::string>, const KeySpec*>> present;
+    for (const auto& k : key_specs())
+      if (const toml::value* v = find_value(k)) present.push_back({order(k.full(), *v), &k});
+    std::sort(present.begin(), present.end());
+    for (const auto& [ord, k] : present) k->apply(spec, typed(*k, *find_value(*k)));
+  }
+
+  void check_required() const {
+    for (const auto& k : key_specs()) {
+      if (!k.required || set_keys_.count(k.full())) continue;
+      throw InputError(origin_,
+                       k.full() + " is required: add '" + k.key + " = ...' under [" + k.section + "]");
+    }
+  }
+
+  void check_applicability(const RunSpec& spec) const {
+    const std::string kind = to_string(spec.task.kind);
+    for (const auto& k : key_specs()) {
+      const std::string full = k.full();
+      if (!set_keys_.count(full)) continue;
+      const toml::value* v = find_value(k);
+      if ((k.applies == Applies::qa && spec.task.kind != TaskKind::qa) ||
+          (k.applies == Applies::mlm && spec.task.kind != TaskKind::mlm)) {
+        throw InputError(where(full, v), full + " applies only to task.kind = \"" +
+                                             (k.applies == Applies::qa ? "qa" : "mlm") +
+                                             "\" (this run has task.kind = \"" + kind + "\")");
+      }
+    }
+    if (set_keys_.count("output.top_k") && spec.output.logits != LogitsMode::topk) {
+      throw InputError(
+          where("output.top_k", find_value(*find_spec("output", "top_k"))),
+          std::string(
+              "output.top_k applies only to output.logits = \"topk\" (this run has output.logits = \"") +
+              to_string(spec.output.logits) + "\")");
+    }
+    if (set_keys_.count("task.null_score_diff_threshold") && !spec.task.version_2_with_negative) {
+      throw InputError(
+          where("task.null_score_diff_threshold",
+                find_value(*find_spec("task", "null_score_diff_threshold"))),
+          "task.null_score_diff_threshold applies only when task.version_2_with_negative = true");
+    }
+    if (spec.task.kind == TaskKind::qa && spec.task.doc_stride >= spec.task.max_seq_length) {
+      // Blame doc_stride where the user set it; else the max_seq_length that made the default too big.
+      const bool stride_set = set_keys_.count("task.doc_stride") > 0;
+      const std::string blame = stride_set ? "doc_stride" : "max_seq_length";
+      const std::string stride = std::to_string(spec.task.doc_stride) + (stride_set ? "" : " (the default)");
+      throw InputError(where("task." + blame, find_value(*find_spec("task", blame))),
+                       "task.doc_stride must be in [1, task.max_seq_length) = [1, " +
+                           std::to_string(spec.task.max_seq_length) + "), got " + stride);
+    }
+  }
+
+  // The final table as TOML, sections and keys in the documented order.
+  std::string serialise() const {
+    std::string out;
+    for (const auto& section : section_names()) {
+      std::string body;
+      for (const auto& k : key_specs()) {
+        if (section != k.section) continue;
+        if (const toml::value* v = find_value(k))
+          body += std::string(k.key) + " = " + format_value(*v) + "\n";
+      }
+      if (body.empty()) continue;
+      if (!out.empty()) out += "\n";
+      out += "[" + section + "]\n" + body;
+    }
+    return out;
+  }
+};
+
+std::string allowed_text(const KeySpec& k) {
+  if (*k.allowed_note) return k.allowed_note;
+  if (k.kind == Kind::enumeration) return join(k.choices, ", ");
+  if (k.kind == Kind::boolean) return "true, false";
+  if (k.kind == Kind::integer) {
+    if (k.max == kIntMax || k.max == kI64Max) return ">= " + std::to_string(k.min);
+    return std::to_string(k.min) + ".." + std::to_string(k.max);
+  }
+  return "";
+}
+
+const char* type_name(Kind k) {
+  switch (k) {
+    case Kind::string:
+      return "string";
+    case Kind::integer:
+      return "integer";
+    case Kind::floating:
+      return "float";
+    case Kind::boolean:
+      return "boolean";
+    case Kind::enumeration:
+      return "string";
+  }
+  return "?";
+}
+
+}  // namespace
+
+RunSpec parse_run_spec(const std::string& toml_text, const std::string& origin,
+                       const std::vector<std::string>& overrides) {
+  return Loader(origin).load(toml_text, overrides);
+}
+
+RunSpec load_run_spec(const std::string& path, const std::vector<std::string>& overrides) {
+  return parse_run_spec(read_file(path), path, overrides);
+}
+
+std::string describe_config_keys() {
+  std::vector<std::vector<std::string>> rows = {{"key", "type", "default", "allowed", "description"}};
+  for (const auto& k : key_specs())
+    rows.push_back({k.full(), type_name(k.kind), k.default_note, allowed_text(k), k.help});
+  std::vector<std::size_t> width(rows[0].size(), 0);
+  for (const auto& r : rows)
+    for (std::size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
+  auto line = [&](const std::vector<std::string>& r) {
+    std::string s = "|";
+    for (std::size_t c = 0; c < r.size(); ++c) {
+      std::string cell = r[c];
+      if (c + 1 < r.size()) cell.resize(width[c], ' ');
+      s += " " + cell + " |";
+    }
+    return s + "\n";
+  };
+  std::string out = line(rows[0]);
+  std::vector<std::string> rule;
+  for (std::size_t c = 0; c < width.size(); ++c)
+    rule.push_back(std::string(c + 1 < width.size() ? width[c] : 3, '-'));
+  out += line(rule);
+  for (std::size_t i = 1; i < rows.size(); ++i) out += line(rows[i]);
+  return out;
+}
+
+}  // namespace evalrun

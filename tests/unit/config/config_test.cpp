@@ -1,0 +1,692 @@
+// config: TOML -> RunSpec, every validation rule and the message each one gives.
+#include "config/config.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/errors.hpp"
+#include "test_util.hpp"
+
+namespace evalrun {
+namespace {
+
+#define EXPECT_HAS(text, part)                               \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) \
+      << "message: " << (text) << "\n   lacks: " << (part)
+
+// Lines 1..7; a key appended to it lands in [task] on line 8.
+const std::string kQa =
+    "[run]\n"
+    "name = \"t\"\n"
+    "[model]\n"
+    "path = \"models/m\"\n"
+    "[task]\n"
+    "kind = \"qa\"\n"
+    "dataset = \"dev.json\"\n";
+
+const std::string kMlm =
+    "[run]\n"
+    "name = \"m\"\n"
+    "[model]\n"
+    "path = \"models/m\"\n"
+    "[task]\n"
+    "kind = \"mlm\"\n"
+    "dataset = \"sentences.jsonl\"\n";
+
+// The message of the InputError that parsing `text` (as "cfg.toml") throws; a test failure if none.
+std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse_run_spec(text, "cfg.toml", overrides);
+  } catch (const InputError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not an InputError: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "no error for:\n" << text;
+  return "";
+}
+
+void expect_same(const RunSpec& a, const RunSpec& b) {
+  EXPECT_EQ(a.run.name, b.run.name);
+  EXPECT_EQ(a.run.seed, b.run.seed);
+  EXPECT_EQ(a.run.threads, b.run.threads);
+  EXPECT_EQ(a.model.path, b.model.path);
+  EXPECT_EQ(a.model.tokenizer, b.model.tokenizer);
+  EXPECT_EQ(a.model.dtype, b.model.dtype);
+  EXPECT_EQ(a.model.device, b.model.device);
+  EXPECT_EQ(a.task.kind, b.task.kind);
+  EXPECT_EQ(a.task.dataset, b.task.dataset);
+  EXPECT_EQ(a.task.batch_size, b.task.batch_size);
+  EXPECT_EQ(a.task.max_samples, b.task.max_samples);
+  EXPECT_EQ(a.task.max_seq_length, b.task.max_seq_length);
+  EXPECT_EQ(a.task.doc_stride, b.task.doc_stride);
+  EXPECT_EQ(a.task.n_best_size, b.task.n_best_size);
+  EXPECT_EQ(a.task.max_answer_length, b.task.max_answer_length);
+  EXPECT_EQ(a.task.version_2_with_negative, b.task.version_2_with_negative);
+  EXPECT_EQ(a.task.null_score_diff_threshold, b.task.null_score_diff_threshold);
+  EXPECT_EQ(a.task.pad_to_max_length, b.task.pad_to_max_length);
+  EXPECT_EQ(a.task.top_k, b.task.top_k);
+  EXPECT_EQ(a.parallel.tensor_parallel, b.parallel.tensor_parallel);
+  EXPECT_EQ(a.output.path, b.output.path);
+  EXPECT_EQ(a.output.logits, b.output.logits);
+  EXPECT_EQ(a.output.top_k, b.output.top_k);
+  EXPECT_EQ(a.output.predictions_json, b.output.predictions_json);
+}
+
+const std::string kFullQa = R"(# every key a QA run accepts
+[run]
+name = "roberta.squad-v2_fp32"
+seed = 1234
+threads = 3
+
+[model]
+path = "models/roberta-base"
+tokenizer = "models/tok"
+dtype = "bf16"
+device = "cuda"
+
+[task]
+kind = "qa"
+dataset = "data/dev-v2.0.json"
+batch_size = 16
+max_samples = 100
+max_seq_length = 256
+doc_stride = 64
+n_best_size = 10
+max_answer_length = 25
+version_2_with_negative = true
+null_score_diff_threshold = -1.25
+pad_to_max_length = true
+
+[parallel]
+tensor_parallel = 2
+
+[output]
+path = "out/x.h5"
+logits = "topk"
+top_k = 7
+predictions_json = "out/\"pred\" \\ ü.json"
+)";
+
+TEST(ConfigLoad, FullQaConfigSetsEveryField) {
+  RunSpec s = parse_run_spec(kFullQa, "full.toml");
+  EXPECT_EQ(s.config_path, "full.toml");
+  EXPECT_EQ(s.run.name, "roberta.squad-v2_fp32");
+  EXPECT_EQ(s.run.seed, 1234u);
+  EXPECT_EQ(s.run.threads, 3);
+  EXPECT_EQ(s.model.path, "models/roberta-base");
+  EXPECT_EQ(s.model.tokenizer, "models/tok");
+  EXPECT_EQ(s.model.dtype, DType::bf16);
+  EXPECT_EQ(s.model.device, Device::cuda);
+  EXPECT_EQ(s.task.kind, TaskKind::qa);
+  EXPECT_EQ(s.task.dataset, "data/dev-v2.0.json");
+  EXPECT_EQ(s.task.batch_size, 16);
+  EXPECT_EQ(s.task.max_samples, 100);
+  EXPECT_EQ(s.task.max_seq_length, 256);
+  EXPECT_EQ(s.task.doc_stride, 64);
+  EXPECT_EQ(s.task.n_best_size, 10);
+  EXPECT_EQ(s.task.max_answer_length, 25);
+  EXPECT_TRUE(s.task.version_2_with_negative);
+  EXPECT_DOUBLE_EQ(s.task.null_score_diff_threshold, -1.25);
+  EXPECT_TRUE(s.task.pad_to_max_length);
+  EXPECT_EQ(s.parallel.tensor_parallel, 2);
+  EXPECT_EQ(s.output.path, "out/x.h5");
+  EXPECT_EQ(s.output.logits, LogitsMode::topk);
+  EXPECT_EQ(s.output.top_k, 7);
+  EXPECT_EQ(s.output.predictions_json, "out/\"pred\" \\ ü.json");
+}
+
+TEST(ConfigLoad, FullMlmConfig) {
+  RunSpec s = parse_run_spec(kMlm + "top_k = 3\nbatch_size = 2\n[output]\nlogits = \"none\"\n", "cfg.toml");
+  EXPECT_EQ(s.task.kind, TaskKind::mlm);
+  EXPECT_EQ(s.task.top_k, 3);
+  EXPECT_EQ(s.task.batch_size, 2);
+  EXPECT_EQ(s.output.logits, LogitsMode::none);
+}
+
+TEST(ConfigLoad, DefaultsForUnsetKeys) {
+  RunSpec s = parse_run_spec(kQa, "cfg.toml");
+  const RunSpec d;  // the struct's defaults are the documented ones
+  EXPECT_EQ(s.run.seed, 0u);
+  EXPECT_EQ(s.run.threads, 0);
+  EXPECT_EQ(s.model.dtype, DType::fp32);
+  EXPECT_EQ(s.model.device, Device::cpu);
+  EXPECT_EQ(s.task.batch_size, 8);
+  EXPECT_EQ(s.task.max_samples, 0);
+  EXPECT_EQ(s.task.max_seq_length, 384);
+  EXPECT_EQ(s.task.doc_stride, 128);
+  EXPECT_EQ(s.task.n_best_size, 20);
+  EXPECT_EQ(s.task.max_answer_length, 30);
+  EXPECT_FALSE(s.task.version_2_with_negative);
+  EXPECT_EQ(s.task.null_score_diff_threshold, d.task.null_score_diff_threshold);
+  EXPECT_FALSE(s.task.pad_to_max_length);
+  EXPECT_EQ(s.task.top_k, 5);
+  EXPECT_EQ(s.parallel.tensor_parallel, 1);
+  EXPECT_EQ(s.output.logits, LogitsMode::full);
+  EXPECT_EQ(s.output.top_k, 20);
+  EXPECT_EQ(s.output.predictions_json, "");
+  // Filled-in defaults that depend on other keys.
+  EXPECT_EQ(s.output.path, "results/t.h5");
+  EXPECT_EQ(s.model.tokenizer, "models/m");
+}
+
+TEST(ConfigLoad, EmptyOutputPathMeansResultsName) {
+  RunSpec s = parse_run_spec(kQa + "[output]\npath = \"\"\n", "cfg.toml");
+  EXPECT_EQ(s.output.path, "results/t.h5");
+}
+
+TEST(ConfigLoad, PathsStoredAsGiven) {
+  RunSpec s = parse_run_spec(
+      "[run]\nname=\"x\"\n[model]\npath=\"../m/./r\"\n[task]\nkind=\"qa\"\ndataset=\"./d.json\"\n", "c.toml");
+  EXPECT_EQ(s.model.path, "../m/./r");
+  EXPECT_EQ(s.task.dataset, "./d.json");
+}
+
+TEST(ConfigLoad, IntegerAcceptedForFloat) {
+  RunSpec s =
+      parse_run_spec(kQa + "version_2_with_negative = true\nnull_score_diff_threshold = 2\n", "cfg.toml");
+  EXPECT_DOUBLE_EQ(s.task.null_score_diff_threshold, 2.0);
+}
+
+TEST(ConfigLoad, DottedAndInlineTablesAreSections) {
+  RunSpec s = parse_run_spec(
+      "run.name = \"x\"\nmodel = { path = \"p\" }\ntask.kind = \"mlm\"\ntask.dataset = \"d\"\n", "c.toml");
+  EXPECT_EQ(s.run.name, "x");
+  EXPECT_EQ(s.model.path, "p");
+  EXPECT_EQ(s.task.kind, TaskKind::mlm);
+}
+
+// ---- syntax -------------------------------------------------------------------------------------
+
+TEST(ConfigSyntax, MissingValueNamesFileAndLine) {
+  std::string m = error_of(kQa + "batch_size =\n");
+  EXPECT_HAS(m, "cfg.toml:8:");
+  EXPECT_HAS(m, "TOML syntax error");
+  EXPECT_HAS(m, "batch_size");
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+}
+
+TEST(ConfigSyntax, UnterminatedString) {
+  std::string m = error_of("[run]\nname = \"abc\n");
+  EXPECT_HAS(m, "cfg.toml:2:");
+  EXPECT_HAS(m, "TOML syntax error");
+}
+
+TEST(ConfigSyntax, DuplicateKeyPointsAtSecond) {
+  std::string m = error_of(kQa + "kind = \"mlm\"\n");
+  EXPECT_HAS(m, "cfg.toml:8:");
+  EXPECT_HAS(m, "already exists");
+}
+
+TEST(ConfigSyntax, TableDefinedTwice) {
+  std::string m = error_of(kQa + "[model]\n");
+  EXPECT_HAS(m, "cfg.toml:8:");
+  EXPECT_HAS(m, "TOML syntax error");
+}
+
+TEST(ConfigSyntax, BareWordValue) {
+  std::string m = error_of("[run]\nname = t\n");
+  EXPECT_HAS(m, "cfg.toml:2:");
+  EXPECT_HAS(m, "TOML syntax error");
+}
+
+// ---- unknown sections and keys ------------------------------------------------------------------
+
+TEST(ConfigUnknown, KeySuggestsClosest) {
+  std::string m = error_of(kQa + "batchsize = 4\n");
+  EXPECT_HAS(m, "cfg.toml:8");
+  EXPECT_HAS(m, "unknown key 'task.batchsize' (did you mean 'task.batch_size'?)");
+}
+
+TEST(ConfigUnknown, KeyInWrongSectionSuggestsOtherSection) {
+  std::string m = error_of(kQa + "dtype = \"bf16\"\n");
+  EXPECT_HAS(m, "cfg.toml:8");
+  EXPECT_HAS(m, "unknown key 'task.dtype' (did you mean 'model.dtype'?)");
+}
+
+TEST(ConfigUnknown, KeyWithoutCloseMatchListsKeys) {
+  std::string m = error_of(kQa + "[parallel]\nzzzzzzzz = 1\n");
+  EXPECT_HAS(m, "cfg.toml:9");
+  EXPECT_HAS(m, "unknown key 'parallel.zzzzzzzz'");
+  EXPECT_HAS(m, "tensor_parallel");
+}
+
+TEST(ConfigUnknown, SectionSuggestsClosest) {
+  std::string m = error_of(kQa + "[modle]\ndtype = \"bf16\"\n");
+  EXPECT_HAS(m, "cfg.toml:8");
+  EXPECT_HAS(m, "unknown section [modle] (did you mean [model]?)");
+}
+
+TEST(ConfigUnknown, TopLevelKeyBelongsInSection) {
+  std::string m = error_of("seed = 3\n" + kQa);
+  EXPECT_HAS(m, "cfg.toml:1");
+  EXPECT_HAS(m, "unknown key 'seed'");
+  EXPECT_HAS(m, "run.seed");
+}
+
+TEST(ConfigUnknown, NestedTableIsUnknownKey) {
+  std::string m = error_of(kQa + "[task.extra]\nx = 1\n");
+  EXPECT_HAS(m, "unknown key 'task.extra'");
+  EXPECT_HAS(m, "cfg.toml:8");
+}
+
+TEST(ConfigUnknown, FirstErrorInFileOrderIsReported) {
+  std::string m = error_of(kQa + "zeta_key = 1\nalpha_key = 2\n");
+  EXPECT_HAS(m, "task.zeta_key");
+  EXPECT_HAS(m, "cfg.toml:8");
+}
+
+// ---- types --------------------------------------------------------------------------------------
+
+TEST(ConfigType, StringWhereIntegerExpected) {
+  std::string m = error_of(kQa + "batch_size = \"8\"\n");
+  EXPECT_HAS(m, "cfg.toml:8");
+  EXPECT_HAS(m, "task.batch_size");
+  EXPECT_HAS(m, "expected an integer, got a string");
+}
+
+TEST(ConfigType, FloatWhereIntegerExpected) {
+  std::string m = error_of(kQa + "batch_size = 4.0\n");
+  EXPECT_HAS(m, "task.batch_size: expected an integer, got a float");
+}
+
+TEST(ConfigType, IntegerWhereStringExpected) {
+  std::string m = error_of("[run]\nname = 5\n[model]\npath=\"p\"\n[task]\nkind=\"qa\"\ndataset=\"d\"\n");
+  EXPECT_HAS(m, "cfg.toml:2");
+  EXPECT_HAS(m, "run.name: expected a string, got an integer");
+}
+
+TEST(ConfigType, StringWhereBooleanExpected) {
+  std::string m = error_of(kQa + "pad_to_max_length = \"yes\"\n");
+  EXPECT_HAS(m, "task.pad_to_max_length: expected a boolean");
+  EXPECT_HAS(m, "got a string");
+}
+
+TEST(ConfigType, BooleanWhereFloatExpected) {
+  std::string m = error_of(kQa + "version_2_with_negative = true\nnull_score_diff_threshold = false\n");
+  EXPECT_HAS(m, "cfg.toml:9");
+  EXPECT_HAS(m, "task.null_score_diff_threshold: expected a number, got a boolean");
+}
+
+TEST(ConfigType, EnumMustBeString) {
+  std::string m =
+      error_of("[run]\nname=\"x\"\n[model]\npath=\"p\"\ndtype = 16\n[task]\nkind=\"qa\"\ndataset=\"d\"\n");
+  EXPECT_HAS(m, "cfg.toml:5");
+  EXPECT_HAS(m, "model.dtype: expected a string, got an integer");
+}
+
+TEST(ConfigType, SectionMustBeTable) {
+  std::string m = error_of("parallel = 2\n" + kQa);
+  EXPECT_HAS(m, "cfg.toml:1");
+  EXPECT_HAS(m, "'parallel' must be a section");
+}
+
+// ---- ranges and enum values ---------------------------------------------------------------------
+
+struct RangeCase {
+  std::string base;
+  std::string lines;
+  std::string location;
+  std::string expect;
+};
+
+class ConfigRange : public ::testing::TestWithParam<RangeCase> {};
+
+TEST_P(ConfigRange, OutOfRangeIsNamed) {
+  const auto& c = GetParam();
+  std::string m = error_of(c.base + c.lines);
+  EXPECT_HAS(m, c.location);
+  EXPECT_HAS(m, c.expect);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Keys, ConfigRange,
+    ::testing::Values(
+        RangeCase{kQa, "batch_size = 0\n", "cfg.toml:8", "task.batch_size: must be >= 1, got 0"},
+        RangeCase{kQa, "batch_size = 3000000000\n", "cfg.toml:8", "task.batch_size: must be <= 2147483647"},
+        RangeCase{kQa, "max_seq_length = 15\n", "cfg.toml:8",
+                  "task.max_seq_length: must be in [16, 8192], got 15"},
+        RangeCase{kQa, "max_seq_length = 8193\n", "cfg.toml:8", "must be in [16, 8192], got 8193"},
+        RangeCase{kQa, "doc_stride = 0\n", "cfg.toml:8", "task.doc_stride: must be >= 1, got 0"},
+        RangeCase{kQa, "max_seq_length = 256\ndoc_stride = 256\n", "cfg.toml:9",
+                  "task.doc_stride must be in [1, task.max_seq_length) = [1, 256), got 256"},
+        RangeCase{kQa, "max_seq_length = 128\n", "cfg.toml:8", "got 128 (the default)"},
+        RangeCase{kQa, "n_best_size = 0\n", "cfg.toml:8", "task.n_best_size: must be >= 1, got 0"},
+        RangeCase{kQa, "max_answer_length = -3\n", "cfg.toml:8",
+                  "task.max_answer_length: must be >= 1, got -3"},
+        RangeCase{kMlm, "top_k = 0\n", "cfg.toml:8", "task.top_k: must be >= 1, got 0"},
+        RangeCase{kQa, "max_samples = -1\n", "cfg.toml:8", "task.max_samples: must be >= 0, got -1"},
+        RangeCase{kQa, "[parallel]\ntensor_parallel = 0\n", "cfg.toml:9",
+                  "parallel.tensor_parallel: must be >= 1, got 0"},
+        RangeCase{kQa, "[output]\nlogits = \"topk\"\ntop_k = 0\n", "cfg.toml:10",
+                  "output.top_k: must be >= 1, got 0"},
+        RangeCase{kQa, "version_2_with_negative = true\nnull_score_diff_threshold = nan\n", "cfg.toml:9",
+                  "task.null_score_diff_threshold: must be a finite number"},
+        RangeCase{kQa, "version_2_with_negative = true\nnull_score_diff_threshold = -inf\n", "cfg.toml:9",
+                  "must be a finite number"},
+        RangeCase{"[run]\nthreads = -1\n" + kQa.substr(6), "", "cfg.toml:2",
+                  "run.threads: must be >= 0, got -1"},
+        RangeCase{"[run]\nseed = -5\n" + kQa.substr(6), "", "cfg.toml:2", "run.seed: must be >= 0, got -5"}));
+
+TEST(ConfigRangeEdges, BoundsAreInclusive) {
+  RunSpec s = parse_run_spec(kQa + "max_seq_length = 16\ndoc_stride = 15\nmax_samples = 0\n", "cfg.toml");
+  EXPECT_EQ(s.task.max_seq_length, 16);
+  EXPECT_EQ(s.task.doc_stride, 15);
+  s = parse_run_spec(kMlm + "max_seq_length = 8192\n", "cfg.toml");
+  EXPECT_EQ(s.task.max_seq_length, 8192);
+}
+
+TEST(ConfigRangeEdges, DocStrideNotCheckedForMlm) {
+  // The QA-only default doc_stride (128) must not make a short MLM run invalid.
+  RunSpec s = parse_run_spec(kMlm + "max_seq_length = 64\n", "cfg.toml");
+  EXPECT_EQ(s.task.max_seq_length, 64);
+}
+
+TEST(ConfigEnum, UnknownValueListsAllowed) {
+  std::string m = error_of(
+      "[run]\nname=\"x\"\n[model]\npath=\"p\"\ndtype = \"int3\"\n[task]\nkind=\"qa\"\ndataset=\"d\"\n");
+  EXPECT_HAS(m, "cfg.toml:5");
+  EXPECT_HAS(m, "model.dtype: 'int3' is not allowed; allowed values: fp32, bf16, fp16");
+}
+
+TEST(ConfigEnum, CaseTypoGetsSuggestion) {
+  std::string m = error_of(
+      "[run]\nname=\"x\"\n[model]\npath=\"p\"\ndevice = \"CUDA\"\n[task]\nkind=\"qa\"\ndataset=\"d\"\n");
+  EXPECT_HAS(m, "model.device: 'CUDA' is not allowed; allowed values: cpu, cuda, aiu (did you mean 'cuda'?)");
+}
+
+TEST(ConfigEnum, TaskKindAndLogits) {
+  std::string m =
+      error_of("[run]\nname=\"x\"\n[model]\npath=\"p\"\n[task]\nkind=\"generate\"\ndataset=\"d\"\n");
+  EXPECT_HAS(m, "cfg.toml:6");
+  EXPECT_HAS(m, "task.kind: 'generate' is not allowed; allowed values: qa, mlm");
+  m = error_of(kQa + "[output]\nlogits = \"top-k\"\n");
+  EXPECT_HAS(m, "cfg.toml:9");
+  EXPECT_HAS(m, "allowed values: none, topk, full (did you mean 'topk'?)");
+}
+
+// ---- required keys ------------------------------------------------------------------------------
+
+TEST(ConfigRequired, EachRequiredKeyIsNamed) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"name = \"t\"\n", "run.name is required"},
+      {"path = \"models/m\"\n", "model.path is required"},
+      {"kind = \"qa\"\n", "task.kind is required"},
+      {"dataset = \"dev.json\"\n", "task.dataset is required"},
+  };
+  for (const auto& [line, expect] : cases) {
+    std::string text = kQa;
+    text.erase(text.find(line), line.size());
+    std::string m = error_of(text);
+    EXPECT_HAS(m, "cfg.toml: ");
+    EXPECT_HAS(m, expect);
+  }
+}
+
+TEST(ConfigRequired, EmptyFile) {
+  std::string m = error_of("");
+  EXPECT_HAS(m, "cfg.toml: run.name is required");
+}
+
+TEST(ConfigRequired, EmptyPathRejected) {
+  std::string m = error_of("[run]\nname=\"x\"\n[model]\npath=\"\"\n[task]\nkind=\"qa\"\ndataset=\"d\"\n");
+  EXPECT_HAS(m, "cfg.toml:4");
+  EXPECT_HAS(m, "model.path: must not be empty");
+}
+
+TEST(ConfigRequired, RunNameMustBeAFileName) {
+  for (const std::string bad : {"my run", "a/b", "x:y", ""}) {
+    std::string m =
+        error_of("[run]\nname=\"" + bad + "\"\n[model]\npath=\"p\"\n[task]\nkind=\"qa\"\ndataset=\"d\"\n");
+    EXPECT_HAS(m, "cfg.toml:2");
+    EXPECT_HAS(m, "run.name: ");
+  }
+  std::string m = error_of("[run]\nname=\"a/b\"\n[model]\npath=\"p\"\n[task]\nkind=\"qa\"\ndataset=\"d\"\n");
+  EXPECT_HAS(m, "cannot be used as a file name");
+}
+
+// ---- options that do not apply ------------------------------------------------------------------
+
+TEST(ConfigApplies, QaKeysOnMlmRun) {
+  for (const std::string key : {"doc_stride = 64", "n_best_size = 3", "max_answer_length = 9",
+                                "version_2_with_negative = false", "pad_to_max_length = true"}) {
+    std::string m = error_of(kMlm + key + "\n");
+    std::string name = key.substr(0, key.find(' '));
+    EXPECT_HAS(m, "cfg.toml:8");
+    EXPECT_HAS(m, "task." + name + " applies only to task.kind = \"qa\"");
+  }
+  std::string m = error_of(kMlm + "[output]\npredictions_json = \"p.json\"\n");
+  EXPECT_HAS(m, "cfg.toml:9");
+  EXPECT_HAS(m, "output.predictions_json applies only to task.kind = \"qa\"");
+}
+
+TEST(ConfigApplies, NullThresholdOnMlmRun) {
+  std::string m = error_of(kMlm + "null_score_diff_threshold = 1.0\n");
+  EXPECT_HAS(m, "task.null_score_diff_threshold applies only to task.kind = \"qa\"");
+}
+
+TEST(ConfigApplies, MlmTopKOnQaRun) {
+  std::string m = error_of(kQa + "top_k = 4\n");
+  EXPECT_HAS(m, "cfg.toml:8");
+  EXPECT_HAS(m, "task.top_k applies only to task.kind = \"mlm\"");
+}
+
+TEST(ConfigApplies, OutputTopKNeedsTopkLogits) {
+  std::string m = error_of(kQa + "[output]\ntop_k = 4\n");  // logits defaults to "full"
+  EXPECT_HAS(m, "cfg.toml:9");
+  EXPECT_HAS(m, "output.top_k applies only to output.logits = \"topk\"");
+  m = error_of(kQa + "[output]\nlogits = \"none\"\ntop_k = 4\n");
+  EXPECT_HAS(m, "cfg.toml:10");
+  EXPECT_HAS(m, "output.logits = \"none\"");
+}
+
+TEST(ConfigApplies, NullThresholdNeedsVersion2) {
+  std::string m = error_of(kQa + "null_score_diff_threshold = 0.5\n");
+  EXPECT_HAS(m, "cfg.toml:8");
+  EXPECT_HAS(m, "task.null_score_diff_threshold applies only when task.version_2_with_negative = true");
+  m = error_of(kQa + "version_2_with_negative = false\nnull_score_diff_threshold = 0.5\n");
+  EXPECT_HAS(m, "cfg.toml:9");
+}
+
+// ---- overrides ----------------------------------------------------------------------------------
+
+TEST(ConfigOverride, ValuesParsedAsToml) {
+  RunSpec s = parse_run_spec(
+      kQa, "cfg.toml",
+      {"task.batch_size=4", "model.dtype=bf16", "run.name = \"quoted\"", "task.pad_to_max_length=true",
+       "task.version_2_with_negative=true", "task.null_score_diff_threshold=-0.5", "output.path=out/r.h5"});
+  EXPECT_EQ(s.task.batch_size, 4);
+  EXPECT_EQ(s.model.dtype, DType::bf16);
+  EXPECT_EQ(s.run.name, "quoted");
+  EXPECT_TRUE(s.task.pad_to_max_length);
+  EXPECT_DOUBLE_EQ(s.task.null_score_diff_threshold, -0.5);
+  EXPECT_EQ(s.output.path, "out/r.h5");  // a bare path is not TOML: taken as a string
+}
+
+TEST(ConfigOverride, ReplacesFileValueAndAddsSection) {
+  RunSpec s = parse_run_spec(kQa + "batch_size = 2\n", "cfg.toml",
+                             {"task.batch_size=32", "parallel.tensor_parallel=4"});
+  EXPECT_EQ(s.task.batch_size, 32);
+  EXPECT_EQ(s.parallel.tensor_parallel, 4);
+}
+
+TEST(ConfigOverride, LastOneWins) {
+  RunSpec s = parse_run_spec(kQa, "cfg.toml", {"task.batch_size=3", "task.batch_size=5"});
+  EXPECT_EQ(s.task.batch_size, 5);
+}
+
+TEST(ConfigOverride, OverrideCanSwitchTaskKind) {
+  // Applied before validation: kind=mlm plus an mlm-only key is a valid run.
+  RunSpec s = parse_run_spec(kQa, "cfg.toml", {"task.kind=mlm", "task.top_k=2"});
+  EXPECT_EQ(s.task.kind, TaskKind::mlm);
+  EXPECT_EQ(s.task.top_k, 2);
+}
+
+TEST(ConfigOverride, WrongTypeNamesTheOverride) {
+  std::string m = error_of(kQa + "batch_size = 2\n", {"task.batch_size=four"});
+  EXPECT_HAS(m, "cfg.toml: --set task.batch_size: expected an integer, got a string");
+  EXPECT_EQ(m.find("cfg.toml:8"), std::string::npos) << m;
+}
+
+TEST(ConfigOverride, UnknownKeyNamesTheOverride) {
+  std::string m = error_of(kQa, {"task.batchsize=4"});
+  EXPECT_HAS(m, "--set task.batchsize");
+  EXPECT_HAS(m, "unknown key 'task.batchsize' (did you mean 'task.batch_size'?)");
+}
+
+TEST(ConfigOverride, UnknownSectionNamesTheOverride) {
+  std::string m = error_of(kQa, {"tsak.batch_size=4"});
+  EXPECT_HAS(m, "--set tsak.batch_size");
+  EXPECT_HAS(m, "unknown section [tsak] (did you mean [task]?)");
+}
+
+TEST(ConfigOverride, RangeAndApplicabilityNameTheOverride) {
+  std::string m = error_of(kQa, {"task.max_seq_length=4"});
+  EXPECT_HAS(m, "--set task.max_seq_length");
+  EXPECT_HAS(m, "must be in [16, 8192], got 4");
+  m = error_of(kQa, {"task.top_k=4"});
+  EXPECT_HAS(m, "--set task.top_k");
+  EXPECT_HAS(m, "task.top_k applies only to task.kind = \"mlm\"");
+}
+
+TEST(ConfigOverride, MalformedOverrides) {
+  std::string m = error_of(kQa, {"task.batch_size"});
+  EXPECT_HAS(m, "--set task.batch_size");
+  EXPECT_HAS(m, "section.key=value");
+  m = error_of(kQa, {"batch_size=4"});
+  EXPECT_HAS(m, "--set batch_size=4");
+  EXPECT_HAS(m, "section.key=value");
+  m = error_of(kQa, {"task.=4"});
+  EXPECT_HAS(m, "section.key=value");
+  m = error_of(kQa, {"a.b.c=4"});
+  EXPECT_HAS(m, "section.key=value");
+}
+
+TEST(ConfigOverride, EmptyValueIsEmptyString) {
+  std::string m = error_of(kQa, {"model.path="});
+  EXPECT_HAS(m, "--set model.path");
+  EXPECT_HAS(m, "must not be empty");
+}
+
+// ---- config_text round trip ---------------------------------------------------------------------
+
+TEST(ConfigText, FullConfigReparsesToSameSpec) {
+  RunSpec a = parse_run_spec(kFullQa, "full.toml");
+  RunSpec b = parse_run_spec(a.config_text, "again.toml");
+  expect_same(a, b);
+  EXPECT_EQ(b.config_text, a.config_text);
+  EXPECT_HAS(a.config_text, "[task]\n");
+  EXPECT_EQ(a.config_text.find("# every key"), std::string::npos);  // comments are not kept
+}
+
+TEST(ConfigText, RecordsOverridesAndNotDefaults) {
+  RunSpec a = parse_run_spec(kQa, "cfg.toml", {"task.batch_size=4", "model.dtype=bf16"});
+  EXPECT_HAS(a.config_text, "batch_size = 4\n");
+  EXPECT_HAS(a.config_text, "dtype = \"bf16\"\n");
+  EXPECT_EQ(a.config_text.find("max_seq_length"), std::string::npos) << a.config_text;
+  RunSpec b = parse_run_spec(a.config_text, "again.toml");
+  expect_same(a, b);
+}
+
+TEST(ConfigText, MlmAndFloatsRoundTrip) {
+  RunSpec a = parse_run_spec(kMlm + "top_k = 9\n", "cfg.toml", {"task.batch_size=1"});
+  expect_same(a, parse_run_spec(a.config_text, "again.toml"));
+  RunSpec q =
+      parse_run_spec(kQa + "version_2_with_negative = true\nnull_score_diff_threshold = 0.1\n", "c.toml");
+  EXPECT_HAS(q.config_text, "null_score_diff_threshold = 0.1\n");
+  expect_same(q, parse_run_spec(q.config_text, "again.toml"));
+}
+
+// ---- files --------------------------------------------------------------------------------------
+
+TEST(ConfigFile, LoadFromFileRecordsPath) {
+  auto dir = evalrun::testing::make_temp_dir("evalrun-config");
+  auto path = (dir / "run.toml").string();
+  std::ofstream(path) << kQa;
+  RunSpec s = load_run_spec(path, {"task.batch_size=2"});
+  EXPECT_EQ(s.config_path, path);
+  EXPECT_EQ(s.task.batch_size, 2);
+  std::ofstream(path) << kQa << "batchsize = 1\n";
+  try {
+    load_run_spec(path);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_HAS(e.what(), path + ":8");
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ConfigFile, MissingFileIsInputError) {
+  EXPECT_THROW(load_run_spec("/nonexistent/evalrun/none.toml"), InputError);
+}
+
+TEST(ConfigDescribe, ListsEveryKey) {
+  std::string t = describe_config_keys();
+  for (const char* key : {"run.name",
+                          "run.seed",
+                          "run.threads",
+                          "model.path",
+                          "model.tokenizer",
+                          "model.dtype",
+                          "model.device",
+                          "task.kind",
+                          "task.dataset",
+                          "task.batch_size",
+                          "task.max_samples",
+                          "task.max_seq_length",
+                          "task.doc_stride",
+                          "task.n_best_size",
+                          "task.max_answer_length",
+                          "task.version_2_with_negative",
+                          "task.null_score_diff_threshold",
+                          "task.pad_to_max_length",
+                          "task.top_k",
+                          "parallel.tensor_parallel",
+                          "output.path",
+                          "output.logits",
+                          "output.top_k",
+                          "output.predictions_json"})
+    EXPECT_HAS(t, std::string("| ") + key + " ");
+  EXPECT_HAS(t, "fp32, bf16, fp16");
+  EXPECT_HAS(t, "16..8192");
+  EXPECT_HAS(t, "results/<run.name>.h5");
+}
+
+TEST(ConfigExamples, EveryConfigInRepoParses) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(EVALRUN_SOURCE_DIR) / "configs";
+  int n = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".toml") continue;
+    SCOPED_TRACE(entry.path().string());
+    EXPECT_NO_THROW({
+      try {
+        RunSpec s = load_run_spec(entry.path().string());
+        EXPECT_FALSE(s.run.name.empty());
+      } catch (const InputError& e) {
+        ADD_FAILURE() << e.what();
+      }
+    });
+    ++n;
+  }
+  EXPECT_GE(n, 2) << "expected the example configs in " << dir;
+}
+
+TEST(ConfigExamples, RobertaSquadPair) {
+  const std::string dir = std::string(EVALRUN_SOURCE_DIR) + "/configs/";
+  RunSpec fp32 = load_run_spec(dir + "roberta_squad_fp32.toml");
+  RunSpec bf16 = load_run_spec(dir + "roberta_squad_bf16.toml");
+  EXPECT_EQ(fp32.model.dtype, DType::fp32);
+  EXPECT_EQ(bf16.model.dtype, DType::bf16);
+  EXPECT_EQ(fp32.task.kind, TaskKind::qa);
+  EXPECT_EQ(fp32.task.dataset, bf16.task.dataset);
+  EXPECT_NE(fp32.output.path, bf16.output.path);
+}
+
+}  // namespace
+}  // namespace evalrun
