@@ -1,1 +1,509 @@
-// placeholder: being written
+// RoBERTa forward pass on libtorch tensors held by the model (no nn::Module, no autograd).
+//
+// Layout: activations are 2-D [batch * seq, hidden] row-major. Every linear weight is stored
+// pre-transposed and contiguous ([in, out]) so a product is one row-major GEMM; the query, key and
+// value projections are fused into one [hidden, 3 * hidden] weight. Float32 attention runs per
+// (sequence, head) straight on the fused QKV buffer with strided sgemm calls (no permute copies);
+// bfloat16 attention uses batched torch matmuls.
+//
+// Memory: big per-batch buffers (QKV, attention context, FFN intermediate, attention scores) live in
+// a workspace that grows to the largest batch seen and is reused. The remaining per-layer tensors
+// (LayerNorm outputs) are below 32 MiB for roberta-base at batch 8 x 384 and come from the glibc
+// heap: load() raises glibc's mmap threshold to its maximum (32 MiB) and the trim threshold to
+// 1 GiB (see tune_malloc_once), so freed blocks are reused instead of being unmapped and faulted in
+// again (~11 us per first-touched 4 KiB page on these VMs).
+#include "model/roberta.hpp"
+
+#include <malloc.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+
+#include "common/errors.hpp"
+#include "common/sha256.hpp"
+#include "io/safetensors.hpp"
+#include "model/gemm.hpp"
+
+namespace evalrun {
+namespace {
+
+using torch::Tensor;
+namespace fs = std::filesystem;
+
+void tune_malloc_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);  // glibc's maximum on 64-bit; fixes the threshold
+    mallopt(M_TRIM_THRESHOLD, 1024 * 1024 * 1024);
+  });
+}
+
+const char* device_name(Device d) {
+  switch (d) {
+    case Device::cpu: return "cpu";
+    case Device::cuda: return "cuda";
+    case Device::aiu: return "aiu";
+  }
+  return "?";
+}
+
+std::string shape_string(const std::vector<std::int64_t>& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// A flat buffer handed out as views of the size asked for; grows, never shrinks.
+struct Buffer {
+  Tensor storage;
+  Tensor get(std::vector<std::int64_t> shape, torch::ScalarType st) {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    if (!storage.defined() || storage.numel() < n || storage.scalar_type() != st) {
+      storage = Tensor();  // release first so peak memory is not old + new
+      storage = torch::empty({n}, torch::TensorOptions().dtype(st));
+    }
+    return storage.narrow(0, 0, n).view(shape);
+  }
+};
+
+struct Layer {
+  Tensor qkv_w_t, qkv_b;      // [H, 3H], [3H]: query | key | value
+  Tensor attn_out_w_t, attn_out_b;
+  Tensor attn_ln_w, attn_ln_b;
+  Tensor inter_w_t, inter_b;  // [H, I]
+  Tensor out_w_t, out_b;      // [I, H]
+  Tensor out_ln_w, out_ln_b;
+};
+
+// Reads tensors out of a checkpoint, checking shapes and remembering which names were used.
+class WeightReader {
+ public:
+  WeightReader(const Checkpoint& ckpt, torch::ScalarType target, bool round_to_half)
+      : ckpt_(ckpt), target_(target), round_to_half_(round_to_half) {}
+
+  // Encoder tensors: "roberta." + name (as saved from a model with a head) or name (as saved from a
+  // bare RobertaModel); HF accepts both.
+  Tensor encoder(const std::string& name, const std::vector<std::int64_t>& shape) {
+    if (ckpt_.find("roberta." + name) != nullptr) return take("roberta." + name, shape);
+    if (ckpt_.find(name) != nullptr) return take(name, shape);
+    throw InputError(ckpt_.dir() + ": tensor 'roberta." + name + "'",
+                     "missing (expected shape " + shape_string(shape) + ")");
+  }
+
+  // Head tensors are never prefixed.
+  Tensor head(const std::string& name, const std::vector<std::int64_t>& shape) {
+    if (ckpt_.find(name) == nullptr) {
+      throw InputError(ckpt_.dir() + ": tensor '" + name + "'", "missing (expected shape " + shape_string(shape) + ")");
+    }
+    return take(name, shape);
+  }
+
+  bool has(const std::string& name) const { return ckpt_.find(name) != nullptr; }
+  void ignore(const std::string& name) { used_.insert(name); }
+
+  // Everything not used must be one of the tensors HF ignores too.
+  void check_no_unexpected() const {
+    for (const auto& name : ckpt_.names()) {
+      if (used_.count(name)) continue;
+      const bool harmless = name.rfind("roberta.pooler.", 0) == 0 || name.rfind("pooler.", 0) == 0 ||
+                            name == "roberta.embeddings.position_ids" || name == "embeddings.position_ids";
+      if (harmless) continue;
+      throw InputError(ckpt_.dir() + ": tensor '" + name + "'", "unexpected tensor for this architecture");
+    }
+  }
+
+ private:
+  Tensor take(const std::string& name, const std::vector<std::int64_t>& shape) {
+    const TensorView& v = ckpt_.get(name);
+    if (v.shape != shape) {
+      throw InputError(v.file + ": tensor '" + name + "'",
+                       "shape " + shape_string(v.shape) + ", expected " + shape_string(shape));
+    }
+    torch::ScalarType src;
+    switch (v.dtype) {
+      case TensorDType::F32: src = torch::kFloat32; break;
+      case TensorDType::F16: src = torch::kFloat16; break;
+      case TensorDType::BF16: src = torch::kBFloat16; break;
+      default:
+        throw InputError(v.file + ": tensor '" + name + "'",
+                         std::string("dtype ") + evalrun::to_string(v.dtype) + " is not supported (F32, F16, BF16)");
+    }
+    // Copy out of the mapping (which may not be aligned for the element type and goes away after load).
+    Tensor t = torch::empty(shape, torch::TensorOptions().dtype(src));
+    if (v.nbytes != static_cast<std::size_t>(t.nbytes())) {
+      throw InputError(v.file + ": tensor '" + name + "'", "byte size does not match its shape and dtype");
+    }
+    std::memcpy(t.data_ptr(), v.data, v.nbytes);
+    if (round_to_half_) t = t.to(torch::kFloat16);
+    used_.insert(name);
+    return t.to(target_).contiguous();
+  }
+
+  const Checkpoint& ckpt_;
+  torch::ScalarType target_;
+  bool round_to_half_;
+  std::set<std::string> used_;
+};
+
+Tensor pre_transposed(const Tensor& w) { return w.t().contiguous(); }
+
+}  // namespace
+
+struct RobertaModel::Impl {
+  RobertaConfig cfg;
+  RobertaHead head = RobertaHead::question_answering;
+  DType dtype = DType::fp32;
+  torch::ScalarType st = torch::kFloat32;
+  std::string dir;
+  std::vector<std::string> files;
+  mutable std::string sha256;
+
+  Tensor word_emb, pos_emb, type_emb0, emb_ln_w, emb_ln_b;
+  std::vector<Layer> layers;
+  Tensor qa_w_t, qa_b;                               // [H, 2], [2]
+  Tensor lm_dense_w_t, lm_dense_b, lm_ln_w, lm_ln_b;  // MLM head transform
+  Tensor decoder_w, decoder_b;                       // [V, H] (tied: the word embeddings), [V]
+
+  Buffer buf_qkv, buf_ctx, buf_inter, buf_scores;
+  bool scale_folded = false;  // torch attention path: 1/sqrt(head_dim) is in the query weights
+
+  bool use_sgemm = false;  // float32 with oneDNN's sgemm (fixed at load)
+  bool fast_fp32() const { return use_sgemm; }
+
+  void check_batch(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch, std::int64_t seq) const {
+    if (ids == nullptr || mask == nullptr) throw std::invalid_argument("RobertaModel: null ids or mask");
+    if (batch <= 0 || seq <= 0) throw std::invalid_argument("RobertaModel: batch and seq must be positive");
+  }
+
+  // Position ids as HF create_position_ids_from_input_ids: running count of non-pad tokens, offset by
+  // pad_token_id; pad tokens get pad_token_id. They come from the ids, not from the attention mask.
+  Tensor position_ids(const std::int64_t* ids, std::int64_t batch, std::int64_t seq) const {
+    Tensor pos = torch::empty({batch * seq}, torch::kInt64);
+    auto* p = pos.data_ptr<std::int64_t>();
+    const std::int64_t pad = cfg.pad_token_id;
+    for (std::int64_t b = 0; b < batch; ++b) {
+      std::int64_t count = 0;
+      for (std::int64_t t = 0; t < seq; ++t) {
+        const std::int64_t id = ids[b * seq + t];
+        if (id < 0 || id >= cfg.vocab_size) {
+          throw InputError("input ids", "token id " + std::to_string(id) + " at [" + std::to_string(b) + ", " +
+                                            std::to_string(t) + "] is outside the vocabulary (vocab_size " +
+                                            std::to_string(cfg.vocab_size) + ")");
+        }
+        if (id != pad) {
+          ++count;
+          p[b * seq + t] = count + pad;
+        } else {
+          p[b * seq + t] = pad;
+        }
+        if (count + pad >= cfg.max_position_embeddings) {
+          throw InputError("input ids", "sequence " + std::to_string(b) + " has more than " +
+                                            std::to_string(cfg.max_sequence_length()) +
+                                            " non-pad tokens (max_position_embeddings " +
+                                            std::to_string(cfg.max_position_embeddings) + ")");
+        }
+      }
+    }
+    return pos;
+  }
+
+  // LayerNorm with float32 weight and bias. torch's bfloat16 LayerNorm computes in float32
+  // internally anyway, but its CPU kernel is ~15x slower than converting around the float32 one.
+  Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b) const {
+    if (x.scalar_type() == torch::kFloat32) return at::layer_norm(x, {cfg.hidden_size}, w, b, cfg.layer_norm_eps);
+    return at::layer_norm(x.to(torch::kFloat32), {cfg.hidden_size}, w, b, cfg.layer_norm_eps).to(x.scalar_type());
+  }
+
+  Tensor activation_(Tensor& x) const {
+    if (cfg.hidden_act == "gelu") return at::gelu_(x, "none");
+    if (cfg.hidden_act == "relu") return at::relu_(x);
+    return at::gelu_(x, "tanh");  // gelu_new, gelu_pytorch_tanh
+  }
+
+  // Scaled dot-product attention over the fused QKV buffer [B*L, 3H] into ctx [B*L, H].
+  // mask_add: [B, L] float32 additive mask (0 or float's lowest value; any value that makes exp()
+  // underflow to 0 gives HF's result, which adds its dtype's lowest value).
+  void attention(const Tensor& qkv, const Tensor& mask_add, std::int64_t batch, std::int64_t seq, Tensor& ctx) {
+    const std::int64_t H = cfg.hidden_size, nh = cfg.num_attention_heads, d = cfg.head_dim();
+    if (fast_fp32()) {
+      // Per sequence: scores[h] = Q_h K_h^T / sqrt(d) for all heads, mask, softmax, ctx_h = P_h V_h.
+      const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+      Tensor scores = buf_scores.get({nh, seq, seq}, st);
+      float* s = scores.data_ptr<float>();
+      const float* base = qkv.data_ptr<float>();
+      float* out = ctx.data_ptr<float>();
+      for (std::int64_t b = 0; b < batch; ++b) {
+        const float* rows = base + b * seq * 3 * H;
+        at::parallel_for(0, nh, 1, [&](std::int64_t h0, std::int64_t h1) {
+          for (std::int64_t h = h0; h < h1; ++h) {
+            model::sgemm('N', 'T', seq, seq, d, scale, rows + h * d, 3 * H, rows + H + h * d, 3 * H, 0.0f,
+                         s + h * seq * seq, seq);
+          }
+        });
+        scores.add_(mask_add[b].view({1, 1, seq}));
+        at::_softmax_out(scores, scores, -1, false);
+        at::parallel_for(0, nh, 1, [&](std::int64_t h0, std::int64_t h1) {
+          for (std::int64_t h = h0; h < h1; ++h) {
+            model::sgemm('N', 'N', seq, d, seq, 1.0f, s + h * seq * seq, seq, rows + 2 * H + h * d, 3 * H, 0.0f,
+                         out + b * seq * H + h * d, H);
+          }
+        });
+      }
+      return;
+    }
+    // Torch path (bfloat16, or float32 without oneDNN), one sequence at a time so the scores stay
+    // in cache. The products run in the compute dtype like HF; the scores are converted to float32
+    // for the mask and softmax, which is what torch's bfloat16 softmax does inside anyway (its own
+    // kernel is slower than the conversion), and the probabilities are rounded back for P @ V.
+    // The 1/sqrt(head_dim) scale was folded into the query weights at load when it is a power of
+    // two (exact in any dtype); otherwise it is applied here.
+    Tensor qkv5 = qkv.view({batch, seq, 3, nh, d});
+    for (std::int64_t b = 0; b < batch; ++b) {
+      Tensor q = qkv5[b].select(1, 0).permute({1, 0, 2});    // [nh, L, d]
+      Tensor k_t = qkv5[b].select(1, 1).permute({1, 2, 0});  // [nh, d, L]
+      Tensor v = qkv5[b].select(1, 2).permute({1, 0, 2});    // [nh, L, d]
+      Tensor scores = buf_scores.get({nh, seq, seq}, torch::kFloat32);
+      scores.copy_(at::matmul(q, k_t));
+      if (!scale_folded) scores.div_(std::sqrt(static_cast<double>(d)));
+      scores.add_(mask_add[b].view({1, 1, seq}));
+      at::_softmax_out(scores, scores, -1, false);
+      Tensor c = at::matmul(scores.to(st), v);  // [nh, L, d]
+      ctx.narrow(0, b * seq, seq).view({seq, nh, d}).copy_(c.permute({1, 0, 2}));
+    }
+  }
+
+  // Final hidden states [B*L, H] in the compute dtype. If `hidden` is given, float32 copies of the
+  // embedding output and every layer's output are appended to it.
+  Tensor encode(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch, std::int64_t seq,
+                std::vector<std::vector<float>>* hidden) {
+    check_batch(ids, mask, batch, seq);
+    const std::int64_t H = cfg.hidden_size, M = batch * seq;
+
+    Tensor pos = position_ids(ids, batch, seq);
+    Tensor id_t = torch::from_blob(const_cast<std::int64_t*>(ids), {M}, torch::kInt64);
+    Tensor x = word_emb.index_select(0, id_t);
+    x.add_(type_emb0);  // token_type_ids are all zero
+    x.add_(pos_emb.index_select(0, pos));
+    Tensor h = layer_norm(x, emb_ln_w, emb_ln_b);
+    x = Tensor();
+
+    // Additive mask like HF: (1 - mask) * lowest value (applied to float32 scores on every path).
+    Tensor mask_t = torch::from_blob(const_cast<std::int64_t*>(mask), {batch, seq}, torch::kInt64);
+    Tensor mask_add = (mask_t == 0).to(torch::kFloat32).mul_(std::numeric_limits<float>::lowest());
+
+    auto keep = [&](const Tensor& t) {
+      if (hidden == nullptr) return;
+      Tensor f = t.to(torch::kFloat32).contiguous();
+      hidden->emplace_back(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+    };
+    keep(h);
+
+    for (const Layer& L : layers) {
+      Tensor qkv = buf_qkv.get({M, 3 * H}, st);
+      model::matmul_into(qkv, h, L.qkv_w_t, 0.0f);
+      qkv.add_(L.qkv_b);
+      Tensor ctx = buf_ctx.get({M, H}, st);
+      attention(qkv, mask_add, batch, seq, ctx);
+      // h += ctx @ W_o + b_o (the residual is h itself: it is not needed afterwards)
+      model::matmul_into(h, ctx, L.attn_out_w_t, 1.0f);
+      h.add_(L.attn_out_b);
+      Tensor a = layer_norm(h, L.attn_ln_w, L.attn_ln_b);
+      h = Tensor();
+
+      Tensor inter = buf_inter.get({M, cfg.intermediate_size}, st);
+      model::matmul_into(inter, a, L.inter_w_t, 0.0f);
+      inter.add_(L.inter_b);
+      activation_(inter);
+      model::matmul_into(a, inter, L.out_w_t, 1.0f);
+      a.add_(L.out_b);
+      h = layer_norm(a, L.out_ln_w, L.out_ln_b);
+      keep(h);
+    }
+    return h;
+  }
+
+  // y = x @ w^T + b for w [N, K] as stored (the tied decoder), float32 result.
+  Tensor linear_nt(const Tensor& x, const Tensor& w, const Tensor& b) const {
+    if (fast_fp32()) {
+      const std::int64_t m = x.size(0), k = x.size(1), n = w.size(0);
+      // A fresh buffer (contiguous() would alias the bias itself when m == 1).
+      Tensor y = torch::empty({m, n}, b.options());
+      y.copy_(b.view({1, n}).expand({m, n}));
+      model::sgemm('N', 'T', m, n, k, 1.0f, x.data_ptr<float>(), k, w.data_ptr<float>(), k, 1.0f, y.data_ptr<float>(),
+                   n);
+      return y;
+    }
+    return at::addmm(b, x, w.t()).to(torch::kFloat32);
+  }
+};
+
+RobertaModel::RobertaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RobertaModel::~RobertaModel() = default;
+
+std::unique_ptr<RobertaModel> RobertaModel::load(const std::string& dir, DType dtype, Device device) {
+  if (device != Device::cpu) {
+    throw InputError("model.device", std::string("'") + device_name(device) +
+                                         "' is not available in this build (CPU only)");
+  }
+  tune_malloc_once();
+  torch::InferenceMode guard;
+
+  auto impl = std::make_unique<Impl>();
+  Impl& m = *impl;
+  m.dir = dir;
+  m.dtype = dtype;
+  m.cfg = RobertaConfig::from_json_file((fs::path(dir) / "config.json").string());
+  m.head = head_from_architectures(m.cfg.architectures, (fs::path(dir) / "config.json").string() + ": architectures");
+  m.st = dtype == DType::bf16 ? torch::kBFloat16 : torch::kFloat32;
+  m.use_sgemm = m.st == torch::kFloat32 && model::have_onednn_sgemm();
+
+  Checkpoint ckpt(dir);
+  m.files = ckpt.files();
+  WeightReader r(ckpt, m.st, dtype == DType::fp16);
+  const auto& c = m.cfg;
+  const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+
+  m.word_emb = r.encoder("embeddings.word_embeddings.weight", {V, H});
+  m.pos_emb = r.encoder("embeddings.position_embeddings.weight", {c.max_position_embeddings, H});
+  m.type_emb0 = r.encoder("embeddings.token_type_embeddings.weight", {c.type_vocab_size, H})[0].contiguous();
+  // LayerNorm parameters are kept in float32 (after rounding to the run dtype); see layer_norm().
+  auto ln = [](const Tensor& t) { return t.to(torch::kFloat32); };
+  m.emb_ln_w = ln(r.encoder("embeddings.LayerNorm.weight", {H}));
+  m.emb_ln_b = ln(r.encoder("embeddings.LayerNorm.bias", {H}));
+
+  {
+    // The torch attention path folds 1/sqrt(head_dim) into the query projection when that is exact.
+    const double root = std::sqrt(static_cast<double>(c.head_dim()));
+    const bool power_of_two = root == std::floor(root) && (static_cast<std::int64_t>(root) & (static_cast<std::int64_t>(root) - 1)) == 0;
+    m.scale_folded = !m.fast_fp32() && power_of_two;
+  }
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "encoder.layer." + std::to_string(i) + ".";
+    Layer L;
+    Tensor wq = r.encoder(p + "attention.self.query.weight", {H, H});
+    Tensor wk = r.encoder(p + "attention.self.key.weight", {H, H});
+    Tensor wv = r.encoder(p + "attention.self.value.weight", {H, H});
+    Tensor bq = r.encoder(p + "attention.self.query.bias", {H});
+    Tensor bk = r.encoder(p + "attention.self.key.bias", {H});
+    Tensor bv = r.encoder(p + "attention.self.value.bias", {H});
+    if (m.scale_folded) {
+      const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim()));  // a power of two: exact
+      wq = wq * scale;
+      bq = bq * scale;
+    }
+    L.qkv_w_t = pre_transposed(torch::cat({wq, wk, wv}, 0));
+    L.qkv_b = torch::cat({bq, bk, bv}, 0);
+    L.attn_out_w_t = pre_transposed(r.encoder(p + "attention.output.dense.weight", {H, H}));
+    L.attn_out_b = r.encoder(p + "attention.output.dense.bias", {H});
+    L.attn_ln_w = ln(r.encoder(p + "attention.output.LayerNorm.weight", {H}));
+    L.attn_ln_b = ln(r.encoder(p + "attention.output.LayerNorm.bias", {H}));
+    L.inter_w_t = pre_transposed(r.encoder(p + "intermediate.dense.weight", {I, H}));
+    L.inter_b = r.encoder(p + "intermediate.dense.bias", {I});
+    L.out_w_t = pre_transposed(r.encoder(p + "output.dense.weight", {H, I}));
+    L.out_b = r.encoder(p + "output.dense.bias", {H});
+    L.out_ln_w = ln(r.encoder(p + "output.LayerNorm.weight", {H}));
+    L.out_ln_b = ln(r.encoder(p + "output.LayerNorm.bias", {H}));
+    m.layers.push_back(std::move(L));
+  }
+
+  if (m.head == RobertaHead::question_answering) {
+    m.qa_w_t = pre_transposed(r.head("qa_outputs.weight", {2, H}));
+    m.qa_b = r.head("qa_outputs.bias", {2});
+  } else {
+    m.lm_dense_w_t = pre_transposed(r.head("lm_head.dense.weight", {H, H}));
+    m.lm_dense_b = r.head("lm_head.dense.bias", {H});
+    m.lm_ln_w = ln(r.head("lm_head.layer_norm.weight", {H}));
+    m.lm_ln_b = ln(r.head("lm_head.layer_norm.bias", {H}));
+    // HF ties lm_head.bias and lm_head.decoder.bias (one parameter); a saved decoder.bias wins.
+    m.decoder_b = r.has("lm_head.decoder.bias") ? r.head("lm_head.decoder.bias", {V}) : r.head("lm_head.bias", {V});
+    if (r.has("lm_head.decoder.bias") && r.has("lm_head.bias")) r.head("lm_head.bias", {V});  // shape check
+    if (c.tie_word_embeddings) {
+      // HF re-ties after loading: a saved decoder weight is ignored, the word embeddings are used.
+      if (r.has("lm_head.decoder.weight")) r.head("lm_head.decoder.weight", {V, H});  // shape check only
+      m.decoder_w = m.word_emb;
+    } else {
+      m.decoder_w = r.head("lm_head.decoder.weight", {V, H});
+    }
+  }
+  r.check_no_unexpected();
+  return std::unique_ptr<RobertaModel>(new RobertaModel(std::move(impl)));
+}
+
+const RobertaConfig& RobertaModel::config() const { return impl_->cfg; }
+RobertaHead RobertaModel::head() const { return impl_->head; }
+DType RobertaModel::dtype() const { return impl_->dtype; }
+const char* RobertaModel::compute_dtype() const { return impl_->st == torch::kBFloat16 ? "bfloat16" : "float32"; }
+const std::string& RobertaModel::dir() const { return impl_->dir; }
+
+void RobertaModel::question_answering(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch,
+                                      std::int64_t seq, std::vector<float>& start, std::vector<float>& end) {
+  if (impl_->head != RobertaHead::question_answering) {
+    throw InputError(impl_->dir + "/config.json: architectures",
+                     "the model is RobertaForMaskedLM; a question-answering run needs RobertaForQuestionAnswering");
+  }
+  torch::InferenceMode guard;
+  Tensor h = impl_->encode(ids, mask, batch, seq, nullptr);
+  Tensor logits = at::addmm(impl_->qa_b, h, impl_->qa_w_t).to(torch::kFloat32).contiguous();  // [M, 2]
+  const std::int64_t M = batch * seq;
+  const float* p = logits.data_ptr<float>();
+  start.resize(M);
+  end.resize(M);
+  for (std::int64_t i = 0; i < M; ++i) {
+    start[i] = p[2 * i];
+    end[i] = p[2 * i + 1];
+  }
+}
+
+void RobertaModel::masked_lm(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch, std::int64_t seq,
+                             const std::vector<std::pair<std::int64_t, std::int64_t>>& positions,
+                             std::vector<float>& logits) {
+  Impl& m = *impl_;
+  if (m.head != RobertaHead::masked_lm) {
+    throw InputError(m.dir + "/config.json: architectures",
+                     "the model is RobertaForQuestionAnswering; a masked-LM run needs RobertaForMaskedLM");
+  }
+  for (const auto& [row, pos] : positions) {
+    if (row < 0 || row >= batch || pos < 0 || pos >= seq) {
+      throw std::invalid_argument("RobertaModel::masked_lm: position (" + std::to_string(row) + ", " +
+                                  std::to_string(pos) + ") outside the batch");
+    }
+  }
+  torch::InferenceMode guard;
+  Tensor h = m.encode(ids, mask, batch, seq, nullptr);
+  const std::int64_t n = static_cast<std::int64_t>(positions.size());
+  logits.clear();
+  if (n == 0) return;
+  Tensor idx = torch::empty({n}, torch::kInt64);
+  for (std::int64_t i = 0; i < n; ++i) idx.data_ptr<std::int64_t>()[i] = positions[i].first * seq + positions[i].second;
+  // RobertaLMHead: dense -> exact GELU (whatever hidden_act says) -> LayerNorm -> decoder.
+  Tensor x = at::addmm(m.lm_dense_b, h.index_select(0, idx), m.lm_dense_w_t);
+  at::gelu_(x, "none");
+  x = m.layer_norm(x, m.lm_ln_w, m.lm_ln_b);
+  Tensor y = m.linear_nt(x, m.decoder_w, m.decoder_b).contiguous();
+  logits.assign(y.data_ptr<float>(), y.data_ptr<float>() + y.numel());
+}
+
+std::vector<std::vector<float>> RobertaModel::hidden_states(const std::int64_t* ids, const std::int64_t* mask,
+                                                            std::int64_t batch, std::int64_t seq) {
+  torch::InferenceMode guard;
+  std::vector<std::vector<float>> out;
+  impl_->encode(ids, mask, batch, seq, &out);
+  return out;
+}
+
+std::string RobertaModel::weights_sha256() const {
+  if (impl_->sha256.empty()) {
+    std::vector<fs::path> paths(impl_->files.begin(), impl_->files.end());
+    impl_->sha256 = sha256_files(paths);
+  }
+  return impl_->sha256;
+}
+
+}  // namespace evalrun

@@ -1,0 +1,105 @@
+// RoBERTa encoder with a question-answering or masked-LM head, loaded from a Hugging Face checkpoint
+// directory (config.json + safetensors) and run on the CPU with libtorch. The numerics follow
+// transformers' RobertaForQuestionAnswering / RobertaForMaskedLM in eval mode (eager attention).
+// Torch stays behind a pimpl: this header is plain C++.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/run_spec.hpp"
+
+namespace evalrun {
+
+// The config.json fields the encoder needs. from_json_file validates them; every error is an
+// InputError naming config.json and the key.
+struct RobertaConfig {
+  std::int64_t vocab_size = 0;
+  std::int64_t hidden_size = 0;
+  std::int64_t num_hidden_layers = 0;
+  std::int64_t num_attention_heads = 0;
+  std::int64_t intermediate_size = 0;
+  std::int64_t max_position_embeddings = 0;
+  std::int64_t type_vocab_size = 1;
+  std::int64_t pad_token_id = 1;
+  double layer_norm_eps = 1e-5;
+  std::string hidden_act = "gelu";  // "gelu" (exact erf), "gelu_new" / "gelu_pytorch_tanh", "relu"
+  bool tie_word_embeddings = true;  // MLM decoder weight = word embeddings (HF default)
+  std::vector<std::string> architectures;
+
+  std::int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  // Longest input the position table allows: positions run from pad_token_id + 1.
+  std::int64_t max_sequence_length() const { return max_position_embeddings - pad_token_id - 1; }
+
+  static RobertaConfig from_json_file(const std::string& path);
+};
+
+enum class RobertaHead { question_answering, masked_lm };
+const char* to_string(RobertaHead);
+// The head named by config.json "architectures" (RobertaForQuestionAnswering -> question_answering,
+// RobertaForMaskedLM -> masked_lm); anything else is an InputError listing the supported ones.
+RobertaHead head_from_architectures(const std::vector<std::string>& architectures, const std::string& where);
+
+// Threads used by torch's intra-op pool (and oneDNN / OpenBLAS through it) for this process.
+// n <= 0 leaves the current setting. torch defaults to 1 thread in this build.
+void set_compute_threads(int n);
+int compute_threads();
+
+// One model replica. Not thread-safe: forward passes reuse internal work buffers (one model per
+// rank / thread).
+//
+// Precision: fp32 computes in float32 (GEMMs through oneDNN's sgemm when the build found libdnnl).
+// bf16 stores the weights in bfloat16 and runs the matrix products, bias adds, residuals and
+// activations in bfloat16 like HF's model.to(torch.bfloat16) (products through oneDNN, with AMX
+// where the CPU has it); LayerNorm and softmax take bfloat16 in and give bfloat16 out but compute
+// in float32, as torch's own bfloat16 kernels do. fp16: this torch has no float16 matrix product on
+// the CPU, so the weights are rounded to float16 at load (the precision of an fp16 checkpoint) and
+// upcast to float32 once, at load; all compute is float32 and compute_dtype() says so, so result
+// files can record it.
+class RobertaModel {
+ public:
+  // Reads dir/config.json and the safetensors (single file or sharded with an index). Every expected
+  // tensor must exist with the expected shape; unexpected tensors are an error except the ones HF
+  // ignores (pooler, embeddings.position_ids, a tied lm_head.decoder.weight). Names may carry the
+  // "roberta." prefix or not. Device cuda / aiu: InputError (not available in this build).
+  static std::unique_ptr<RobertaModel> load(const std::string& dir, DType dtype, Device device);
+  ~RobertaModel();
+  RobertaModel(const RobertaModel&) = delete;
+  RobertaModel& operator=(const RobertaModel&) = delete;
+
+  const RobertaConfig& config() const;
+  RobertaHead head() const;
+  DType dtype() const;               // as requested
+  const char* compute_dtype() const; // "float32" or "bfloat16": what the arithmetic runs in
+  const std::string& dir() const;
+
+  // Inputs: ids and attention mask, row-major [batch, seq] int64, right padding (mask 1 = token,
+  // 0 = padding). Position ids come from ids != pad_token_id, like HF.
+  //
+  // QA: start and end logits, float32 [batch, seq] each (padding positions hold values too).
+  void question_answering(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch, std::int64_t seq,
+                          std::vector<float>& start, std::vector<float>& end);
+
+  // MLM: logits float32 [positions.size(), vocab] at the given (row, position) pairs only.
+  void masked_lm(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch, std::int64_t seq,
+                 const std::vector<std::pair<std::int64_t, std::int64_t>>& positions, std::vector<float>& logits);
+
+  // Hidden states (float32) after the embeddings' LayerNorm and after each layer:
+  // [num_hidden_layers + 1][batch * seq * hidden]. For tests and debugging.
+  std::vector<std::vector<float>> hidden_states(const std::int64_t* ids, const std::int64_t* mask,
+                                                std::int64_t batch, std::int64_t seq);
+
+  // SHA-256 over the checkpoint's safetensors files (contents and names, sorted by name).
+  std::string weights_sha256() const;
+
+  struct Impl;
+
+ private:
+  explicit RobertaModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace evalrun
