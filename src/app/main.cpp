@@ -1,1 +1,96 @@
-int main() { return 0; }
+// evalrun command line: run (default), inspect, make-model, help-config.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "app/inspect_command.hpp"
+#include "app/make_model_command.hpp"
+#include "app/run_command.hpp"
+#include "common/errors.hpp"
+#include "common/logging.hpp"
+#include "config/config.hpp"
+#include "dist/mpi_world.hpp"
+
+namespace {
+
+const char* kUsage = R"(evalrun: distributed batch evaluation of transformer models
+
+Usage:
+  evalrun CONFIG.toml [--set section.key=value ...] [-v]   run (same as `evalrun run ...`)
+  mpirun -n 4 evalrun CONFIG.toml                            the same on 4 data-parallel ranks
+  evalrun inspect RESULT.h5                                  summary of a result file
+  evalrun make-model --head qa|mlm --preset tiny --out DIR   write a random Hugging Face checkpoint
+  evalrun help-config                                        every config key, its type and default
+  evalrun --version
+
+Each command takes --help. Exit status: 0 ok, 1 failure, 2 bad input (config, files, data).
+)";
+
+int run_main(int argc, char** argv) {
+  CLI::App app{"Run one evaluation described by a TOML config", "evalrun run"};
+  std::string config;
+  std::vector<std::string> overrides;
+  bool verbose = false;
+  app.add_option("config", config, "TOML run description")->required();
+  app.add_option("--set", overrides, "override a config key: section.key=value (repeatable)");
+  app.add_flag("-v,--verbose", verbose, "debug logging");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : evalrun::kExitBadInput;
+  }
+  evalrun::MpiWorld world(&argc, &argv);
+  evalrun::init_logging(world.rank(), world.size(), verbose);
+  try {
+    evalrun::RunSpec spec;
+    world.collective_step([&] { spec = evalrun::load_run_spec(config, overrides); });
+    return evalrun::run_command(world, spec);
+  } catch (const evalrun::PeerFailed& e) {
+    // The failing rank printed its own message; the others leave with its exit status.
+    return e.exit_code;
+  } catch (const evalrun::InputError& e) {
+    std::fprintf(stderr, "evalrun: error (rank %d): %s\n", world.rank(), e.what());
+    return evalrun::kExitBadInput;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "evalrun: failed (rank %d): %s\n", world.rank(), e.what());
+    return evalrun::kExitFailed;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+    std::fputs(kUsage, stdout);
+    return args.empty() ? evalrun::kExitBadInput : 0;
+  }
+  if (args[0] == "--version") {
+    std::printf("evalrun %s (%s)\n", evalrun::version(), evalrun::git_revision());
+    return 0;
+  }
+  const std::string& cmd = args[0];
+  try {
+    if (cmd == "inspect") return evalrun::inspect_command(argc - 1, argv + 1);
+    if (cmd == "make-model") return evalrun::make_model_command(argc - 1, argv + 1);
+    if (cmd == "help-config") {
+      std::fputs(evalrun::describe_config_keys().c_str(), stdout);
+      return 0;
+    }
+  } catch (const evalrun::InputError& e) {
+    std::fprintf(stderr, "evalrun: error: %s\n", e.what());
+    return evalrun::kExitBadInput;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "evalrun: failed: %s\n", e.what());
+    return evalrun::kExitFailed;
+  }
+  if (cmd == "run") return run_main(argc - 1, argv + 1);
+  if (cmd.size() > 0 && cmd[0] == '-') {
+    std::fprintf(stderr, "evalrun: unknown option '%s'\n%s", cmd.c_str(), kUsage);
+    return evalrun::kExitBadInput;
+  }
+  return run_main(argc, argv);  // `evalrun CONFIG.toml ...`
+}

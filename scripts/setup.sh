@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs what evalrun needs on Debian 12 (apt), builds sentencepiece against the system protobuf,
+# then configures and builds evalrun into ./build. Safe to run again: each step skips done work.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+packages=(build-essential cmake pkg-config ccache git dpkg-dev
+  libtorch-dev libopenblas0-openmp
+  libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
+  libtoml11-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libgtest-dev
+  libprotobuf-dev protobuf-compiler libicu-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+# sentencepiece is built from Debian's source package, which needs a deb-src entry.
+if ! grep -rqs "deb-src" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+  echo "setup: adding a deb-src entry for bookworm (to build sentencepiece from source)"
+  $sudo tee /etc/apt/sources.list.d/evalrun-deb-src.sources >/dev/null <<'SRC'
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+  need_update=1
+fi
+if [ ${#missing[@]} -gt 0 ] || [ -n "${need_update:-}" ] || [ ! -f "$root/.deps/sentencepiece/lib/libsentencepiece.so" ]; then
+  echo "setup: apt-get update"
+  $sudo apt-get update -q >/dev/null
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+bash "$root/scripts/build_sentencepiece.sh"
+
+build_dir=${EVALRUN_BUILD_DIR:-$root/build}
+cmake -S "$root" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release ${EVALRUN_CMAKE_ARGS:-} >/dev/null
+cmake --build "$build_dir" -j"$(nproc)"
+echo "setup: built $build_dir/src/app/evalrun"

@@ -1,0 +1,32 @@
+// The parts of a result file that every task shares: provenance attributes on the root group and the
+// /samples index. The task-specific groups are written by run_command.cpp; README.md documents the
+// whole schema.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/run_spec.hpp"
+#include "io/hdf5_file.hpp"
+
+namespace evalrun {
+
+inline constexpr const char* kResultFormatVersion = "1";
+
+struct Provenance {
+  std::string model_sha256;
+  std::string tokenizer_sha256;
+  std::string architecture;
+  std::string compute_dtype;  // what the arithmetic ran in (fp16 runs compute in float32 on CPU)
+  int world_size = 1;
+  int threads_per_rank = 1;
+  std::string start_time;  // ISO 8601 UTC
+  std::string end_time;
+};
+
+void write_provenance(H5Writer& out, const RunSpec& spec, const Provenance& provenance);
+void write_sample_index(H5Writer& out, const std::vector<std::string>& ids);
+std::string utc_now_iso8601();
+
+}  // namespace evalrun

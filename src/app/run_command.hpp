@@ -1,0 +1,12 @@
+// `evalrun run CONFIG`: the whole data flow of one run on every MPI rank.
+#pragma once
+
+#include "config/run_spec.hpp"
+#include "dist/mpi_world.hpp"
+
+namespace evalrun {
+
+// Returns the process exit status (0 ok). Errors on any rank stop all ranks (MpiWorld::collective_step).
+int run_command(const MpiWorld& world, const RunSpec& spec);
+
+}  // namespace evalrun

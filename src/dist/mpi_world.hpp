@@ -1,0 +1,50 @@
+// The MPI world as the rest of evalrun sees it: rank/size, ranks per node, byte-buffer collectives and
+// a collective error check so one rank's failure stops every rank with that rank's message instead of
+// leaving the others blocked in a collective.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace evalrun {
+
+class MpiWorld {
+ public:
+  MpiWorld(int* argc, char*** argv);  // MPI_Init (only once per process)
+  ~MpiWorld();                        // MPI_Finalize
+  MpiWorld(const MpiWorld&) = delete;
+  MpiWorld& operator=(const MpiWorld&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_size() const { return local_size_; }  // ranks sharing this node
+  bool is_root() const { return rank_ == 0; }
+
+  void barrier() const;
+  // Root's buffer replaces everyone else's.
+  void broadcast(std::string& bytes, int root = 0) const;
+  // Root sends parts[r] to rank r and returns its own part; other ranks return what they receive.
+  std::string scatter(const std::vector<std::string>& parts, int root = 0) const;
+  // Every rank's buffer, in rank order, on root (empty vector elsewhere).
+  std::vector<std::string> gather(const std::string& mine, int root = 0) const;
+
+  // Runs `step` on every rank. If any rank's step throws, every rank learns it: the exception of the
+  // lowest failing rank is re-thrown on that rank, and the others throw PeerFailed carrying its
+  // message and exit code, so all ranks leave together.
+  void collective_step(const std::function<void()>& step) const;
+
+ private:
+  int rank_ = 0;
+  int size_ = 1;
+  int local_size_ = 1;
+};
+
+// Thrown on the ranks whose own step succeeded while another rank's failed.
+struct PeerFailed {
+  int rank;
+  int exit_code;
+  std::string message;
+};
+
+}  // namespace evalrun
