@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "common/errors.hpp"
+#include "common/utf8.hpp"
 #include "common/text.hpp"
 
 namespace evalrun {
@@ -13,17 +14,9 @@ namespace {
 
 using nlohmann::json;
 
-// Byte offset of every code point of valid UTF-8 text, plus text.size() at the end: entry i is where
-// Python's str index i starts. (nlohmann's parser rejects ill-formed UTF-8, so the text is valid.)
-std::vector<std::size_t> code_point_starts(const std::string& text) {
-  std::vector<std::size_t> starts;
-  starts.reserve(text.size() + 1);
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) starts.push_back(i);
-  }
-  starts.push_back(text.size());
-  return starts;
-}
+// Code point offsets: utf8_code_point_starts (nlohmann's parser rejects ill-formed UTF-8, so the text
+// is valid).
+std::vector<std::size_t> code_point_starts(const std::string& text) { return utf8_code_point_starts(text); }
 
 // 1-based line of byte `pos` in `text` (for JSON parse errors, which report byte positions).
 std::size_t line_of(const std::string& text, std::size_t pos) {

@@ -5,49 +5,16 @@
 #include <unordered_map>
 
 #include "common/errors.hpp"
+#include "common/utf8.hpp"
 
 namespace evalrun {
-namespace {
-
-// Python's str.isspace() set (Unicode White_Space minus a few, plus the ASCII separators 0x1C-0x1F).
-bool is_python_space(char32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-         c == 0x3000;
-}
-
-// Decodes the code point at byte `i` of valid UTF-8 text; sets `len` to its byte length.
-char32_t decode_at(const std::string& s, std::size_t i, std::size_t& len) {
-  const auto b0 = static_cast<unsigned char>(s[i]);
-  auto cont = [&](std::size_t k) { return static_cast<char32_t>(static_cast<unsigned char>(s[i + k]) & 0x3F); };
-  if (b0 < 0x80) {
-    len = 1;
-    return b0;
-  }
-  if ((b0 >> 5) == 0x6 && i + 1 < s.size()) {
-    len = 2;
-    return (static_cast<char32_t>(b0 & 0x1F) << 6) | cont(1);
-  }
-  if ((b0 >> 4) == 0xE && i + 2 < s.size()) {
-    len = 3;
-    return (static_cast<char32_t>(b0 & 0x0F) << 12) | (cont(1) << 6) | cont(2);
-  }
-  if ((b0 >> 3) == 0x1E && i + 3 < s.size()) {
-    len = 4;
-    return (static_cast<char32_t>(b0 & 0x07) << 18) | (cont(1) << 12) | (cont(2) << 6) | cont(3);
-  }
-  len = 1;  // not valid UTF-8: treat the byte as one (non-space) character
-  return 0xFFFD;
-}
-
-}  // namespace
 
 std::string python_lstrip(const std::string& text) {
   std::size_t i = 0;
   while (i < text.size()) {
-    std::size_t len = 1;
-    if (!is_python_space(decode_at(text, i, len))) break;
-    i += len;
+    const Utf8Char c = decode_utf8_at(text, i);
+    if (!is_python_space(c.code_point)) break;  // an ill-formed byte is U+FFFD: not a space
+    i += static_cast<std::size_t>(c.length);
   }
   return text.substr(i);
 }

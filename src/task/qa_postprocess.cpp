@@ -6,6 +6,8 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "common/utf8.hpp"
+
 namespace evalrun {
 namespace {
 
@@ -176,12 +178,7 @@ QaPrediction postprocess_qa_example(std::string_view context, const std::vector<
   }
 
   // Text by code-point offsets (Python slicing: an end before the start gives "").
-  std::vector<std::size_t> cp_starts;
-  cp_starts.reserve(context.size() + 1);
-  for (std::size_t i = 0; i < context.size(); ++i) {
-    if ((static_cast<unsigned char>(context[i]) & 0xC0) != 0x80) cp_starts.push_back(i);
-  }
-  cp_starts.push_back(context.size());
+  const std::vector<std::size_t> cp_starts = utf8_code_point_starts(context);
   const auto n_chars = static_cast<int>(cp_starts.size() - 1);
   for (QaCandidate& c : prelim) {
     const int a = std::clamp(c.char_start, 0, n_chars);

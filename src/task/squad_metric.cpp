@@ -12,16 +12,10 @@
 #include <map>
 
 #include "common/errors.hpp"
+#include "common/utf8.hpp"
 
 namespace evalrun {
 namespace {
-
-// Python's str.isspace() set.
-bool is_python_space(UChar32 c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-         c == 0x3000;
-}
 
 // A word character for Python's str regexes (\w, \b): str.isalnum() or '_'. isalnum = letter (Lu, Ll,
 // Lt, Lm, Lo) or any character with a numeric value (decimal, digit, numeric).
@@ -43,25 +37,6 @@ bool is_python_word(UChar32 c) {
 // string.punctuation
 bool is_ascii_punctuation(UChar32 c) {
   return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) || (c >= 0x7B && c <= 0x7E);
-}
-
-void append_utf8(std::string& out, UChar32 c) {
-  const auto u = static_cast<std::uint32_t>(c);
-  if (u < 0x80) {
-    out.push_back(static_cast<char>(u));
-  } else if (u < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (u >> 6)));
-    out.push_back(static_cast<char>(0x80 | (u & 0x3F)));
-  } else if (u < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (u >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((u >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (u & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (u >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((u >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((u >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (u & 0x3F)));
-  }
 }
 
 // Code points of UTF-8 text (ill-formed bytes become U+FFFD, as ICU converts them).
@@ -160,7 +135,8 @@ std::string normalize_squad_answer(std::string_view text) {
   // 4. white_space_fix: ' '.join(s.split())
   std::string out;
   bool pending_space = false;
-  for (UChar32 c : no_articles) {
+  for (UChar32 c32 : no_articles) {
+    const auto c = static_cast<char32_t>(c32);  // ICU code points are never negative
     if (is_python_space(c)) {
       pending_space = !out.empty();
       continue;

@@ -10,7 +10,13 @@
 #include <utility>
 #include <vector>
 
+#include "common/utf8.hpp"
+
 namespace evalrun::bpe_detail {
+
+// These two live in common/utf8.hpp; the tokenizer calls them by their bpe_detail:: names.
+using evalrun::is_python_space;
+using evalrun::utf8_replace_invalid;
 
 // The text as code points, with the byte position of each one (n + 1 entries, the last = size).
 // A byte that does not start a valid UTF-8 sequence becomes one "code point" of its own (class
@@ -26,10 +32,6 @@ CodePoints to_code_points(std::string_view text);
 enum class CharClass : std::uint8_t { Letter, Number, Space, Other };
 CharClass classify(char32_t c);
 
-// Python str.isspace(): White_Space plus U+001C..U+001F. Used where the slow tokenizer calls
-// str.rstrip()/lstrip() (added tokens with lstrip/rstrip).
-bool is_python_space(char32_t c);
-
 // The GPT-2 pre-tokenizer
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 // applied to cp[begin, end) (the string ends at `end` for the look-ahead). Appends the matches as
@@ -40,9 +42,5 @@ void split_gpt2(const std::vector<char32_t>& cp, int begin, int end, std::vector
 const std::array<std::string, 256>& byte_symbols();
 // Inverse: code point of a stand-in character -> byte, or -1 if the character is not one.
 int symbol_to_byte(char32_t c);
-
-void append_utf8(std::string& out, char32_t c);
-// Python's bytes.decode("utf-8", errors="replace"): each maximal invalid subsequence -> U+FFFD.
-std::string utf8_replace_invalid(std::string_view bytes);
 
 }  // namespace evalrun::bpe_detail
