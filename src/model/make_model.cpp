@@ -40,11 +40,15 @@ class Writer {
     normal(prefix + ".weight", {out, in});
     normal(prefix + ".bias", {out});
   }
+  void normal(const std::string& name, std::vector<std::int64_t> shape, double mean, double std) {
+    add(name, at::normal(mean, std, shape, gen_, torch::TensorOptions().dtype(torch::kFloat32)));
+  }
   void layer_norm(const std::string& prefix, std::int64_t n) {
     constant(prefix + ".weight", {n}, 1.0f);
     constant(prefix + ".bias", {n}, 0.0f);
   }
   std::vector<TensorToWrite>& tensors() { return tensors_; }
+  const std::vector<TensorToWrite>& tensors() const { return tensors_; }
 
  private:
   void add(const std::string& name, const torch::Tensor& t) {
@@ -60,7 +64,98 @@ class Writer {
   std::vector<TensorToWrite> tensors_;
 };
 
+void write_config_and_weights(const std::string& dir, const nlohmann::ordered_json& cfg, const Writer& w) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  const std::string cfg_path = (fs::path(dir) / "config.json").string();
+  std::ofstream out(cfg_path, std::ios::binary | std::ios::trunc);
+  if (!out) throw InputError(cfg_path, "cannot write");
+  out << cfg.dump(2) << "\n";
+  out.close();
+  if (!out) throw InputError(cfg_path, "write failed");
+  write_safetensors((fs::path(dir) / "model.safetensors").string(), w.tensors());
+}
+
+struct LlamaPreset {
+  std::int64_t hidden, layers, heads, kv_heads, intermediate, max_pos, vocab;
+  bool granite;
+  double init_std;  // the tiny presets use a larger std than HF's 0.02 so attention is not uniform
+};
+
+LlamaPreset llama_preset_by_name(const std::string& name) {
+  if (name == "tiny-llama") return {64, 2, 4, 2, 128, 512, 256, false, 0.1};
+  if (name == "tiny-granite") return {64, 2, 4, 2, 128, 512, 256, true, 0.1};
+  if (name == "llama-110m") return {768, 12, 12, 4, 2048, 2048, 32000, false, 0.02};
+  throw InputError("make-model: preset", "'" + name + "' is unknown (supported: tiny-llama, tiny-granite, llama-110m)");
+}
+
 }  // namespace
+
+std::vector<std::string> llama_presets() { return {"tiny-llama", "tiny-granite", "llama-110m"}; }
+
+void make_llama_checkpoint(const std::string& dir, const std::string& preset, std::uint64_t seed,
+                           std::int64_t vocab_size) {
+  LlamaPreset p = llama_preset_by_name(preset);
+  if (vocab_size != 0) {
+    if (vocab_size < 3) {
+      throw InputError("make-model: vocab_size",
+                       "must be at least 3 (<unk>, <s>, </s>), got " + std::to_string(vocab_size));
+    }
+    p.vocab = vocab_size;
+  }
+  const std::int64_t H = p.hidden, I = p.intermediate, d = p.hidden / p.heads;
+
+  nlohmann::ordered_json cfg;
+  cfg["architectures"] = {p.granite ? "GraniteForCausalLM" : "LlamaForCausalLM"};
+  cfg["attention_bias"] = false;
+  cfg["attention_dropout"] = 0.0;
+  cfg["bos_token_id"] = 1;
+  if (p.granite) cfg["embedding_multiplier"] = 12.0;
+  cfg["eos_token_id"] = 2;
+  cfg["hidden_act"] = "silu";
+  cfg["hidden_size"] = H;
+  cfg["initializer_range"] = p.init_std;
+  cfg["intermediate_size"] = I;
+  if (p.granite) {
+    cfg["attention_multiplier"] = 0.125;
+    cfg["logits_scaling"] = 8.0;
+  }
+  cfg["max_position_embeddings"] = p.max_pos;
+  cfg["mlp_bias"] = false;
+  cfg["model_type"] = p.granite ? "granite" : "llama";
+  cfg["num_attention_heads"] = p.heads;
+  cfg["num_hidden_layers"] = p.layers;
+  cfg["num_key_value_heads"] = p.kv_heads;
+  if (!p.granite) cfg["pretraining_tp"] = 1;
+  if (p.granite) cfg["residual_multiplier"] = 0.22;
+  cfg["rms_norm_eps"] = 1e-05;
+  cfg["rope_scaling"] = nullptr;
+  cfg["rope_theta"] = 10000.0;
+  cfg["tie_word_embeddings"] = false;
+  cfg["torch_dtype"] = "float32";
+  cfg["transformers_version"] = "4.45.0";
+  cfg["use_cache"] = true;
+  cfg["vocab_size"] = p.vocab;
+
+  torch::InferenceMode guard;
+  Writer w(seed);
+  w.normal("model.embed_tokens.weight", {p.vocab, H}, 0.0, p.init_std);
+  for (std::int64_t i = 0; i < p.layers; ++i) {
+    const std::string l = "model.layers." + std::to_string(i) + ".";
+    w.normal(l + "input_layernorm.weight", {H}, 1.0, 0.1);
+    w.normal(l + "self_attn.q_proj.weight", {p.heads * d, H}, 0.0, p.init_std);
+    w.normal(l + "self_attn.k_proj.weight", {p.kv_heads * d, H}, 0.0, p.init_std);
+    w.normal(l + "self_attn.v_proj.weight", {p.kv_heads * d, H}, 0.0, p.init_std);
+    w.normal(l + "self_attn.o_proj.weight", {H, p.heads * d}, 0.0, p.init_std);
+    w.normal(l + "post_attention_layernorm.weight", {H}, 1.0, 0.1);
+    w.normal(l + "mlp.gate_proj.weight", {I, H}, 0.0, p.init_std);
+    w.normal(l + "mlp.up_proj.weight", {I, H}, 0.0, p.init_std);
+    w.normal(l + "mlp.down_proj.weight", {H, I}, 0.0, p.init_std);
+  }
+  w.normal("model.norm.weight", {H}, 1.0, 0.1);
+  w.normal("lm_head.weight", {p.vocab, H}, 0.0, p.init_std);
+  write_config_and_weights(dir, cfg, w);
+}
 
 std::vector<std::string> roberta_presets() { return {"tiny", "roberta-base"}; }
 

@@ -14,14 +14,10 @@
 // again (~11 us per first-touched 4 KiB page on these VMs).
 #include "model/roberta.hpp"
 
-#include <malloc.h>
-
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <limits>
-#include <mutex>
 #include <set>
 #include <stdexcept>
 
@@ -29,6 +25,7 @@
 #include "common/sha256.hpp"
 #include "io/safetensors.hpp"
 #include "model/gemm.hpp"
+#include "model/loader_util.hpp"
 
 namespace evalrun {
 namespace {
@@ -36,42 +33,8 @@ namespace {
 using torch::Tensor;
 namespace fs = std::filesystem;
 
-void tune_malloc_once() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);  // glibc's maximum on 64-bit; fixes the threshold
-    mallopt(M_TRIM_THRESHOLD, 1024 * 1024 * 1024);
-  });
-}
-
-const char* device_name(Device d) {
-  switch (d) {
-    case Device::cpu: return "cpu";
-    case Device::cuda: return "cuda";
-    case Device::aiu: return "aiu";
-  }
-  return "?";
-}
-
-std::string shape_string(const std::vector<std::int64_t>& s) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-// A flat buffer handed out as views of the size asked for; grows, never shrinks.
-struct Buffer {
-  Tensor storage;
-  Tensor get(std::vector<std::int64_t> shape, torch::ScalarType st) {
-    std::int64_t n = 1;
-    for (auto d : shape) n *= d;
-    if (!storage.defined() || storage.numel() < n || storage.scalar_type() != st) {
-      storage = Tensor();  // release first so peak memory is not old + new
-      storage = torch::empty({n}, torch::TensorOptions().dtype(st));
-    }
-    return storage.narrow(0, 0, n).view(shape);
-  }
-};
+using model::shape_string;
+using Buffer = model::Workspace;
 
 struct Layer {
   Tensor qkv_w_t, qkv_b;      // [H, 3H], [3H]: query | key | value
@@ -121,29 +84,9 @@ class WeightReader {
 
  private:
   Tensor take(const std::string& name, const std::vector<std::int64_t>& shape) {
-    const TensorView& v = ckpt_.get(name);
-    if (v.shape != shape) {
-      throw InputError(v.file + ": tensor '" + name + "'",
-                       "shape " + shape_string(v.shape) + ", expected " + shape_string(shape));
-    }
-    torch::ScalarType src;
-    switch (v.dtype) {
-      case TensorDType::F32: src = torch::kFloat32; break;
-      case TensorDType::F16: src = torch::kFloat16; break;
-      case TensorDType::BF16: src = torch::kBFloat16; break;
-      default:
-        throw InputError(v.file + ": tensor '" + name + "'",
-                         std::string("dtype ") + evalrun::to_string(v.dtype) + " is not supported (F32, F16, BF16)");
-    }
-    // Copy out of the mapping (which may not be aligned for the element type and goes away after load).
-    Tensor t = torch::empty(shape, torch::TensorOptions().dtype(src));
-    if (v.nbytes != static_cast<std::size_t>(t.nbytes())) {
-      throw InputError(v.file + ": tensor '" + name + "'", "byte size does not match its shape and dtype");
-    }
-    std::memcpy(t.data_ptr(), v.data, v.nbytes);
-    if (round_to_half_) t = t.to(torch::kFloat16);
+    Tensor t = model::read_tensor(ckpt_, name, shape, target_, round_to_half_);
     used_.insert(name);
-    return t.to(target_).contiguous();
+    return t;
   }
 
   const Checkpoint& ckpt_;
@@ -152,7 +95,7 @@ class WeightReader {
   std::set<std::string> used_;
 };
 
-Tensor pre_transposed(const Tensor& w) { return w.t().contiguous(); }
+using model::pre_transposed;
 
 }  // namespace
 
@@ -348,11 +291,8 @@ RobertaModel::RobertaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 RobertaModel::~RobertaModel() = default;
 
 std::unique_ptr<RobertaModel> RobertaModel::load(const std::string& dir, DType dtype, Device device) {
-  if (device != Device::cpu) {
-    throw InputError("model.device", std::string("'") + device_name(device) +
-                                         "' is not available in this build (CPU only)");
-  }
-  tune_malloc_once();
+  model::require_cpu(device);
+  model::tune_malloc_once();
   torch::InferenceMode guard;
 
   auto impl = std::make_unique<Impl>();

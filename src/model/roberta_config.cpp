@@ -2,53 +2,31 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include <fstream>
-#include <sstream>
 
 #include "common/errors.hpp"
+#include "model/loader_util.hpp"
 #include "model/roberta.hpp"
 
 namespace evalrun {
 namespace {
 
 using nlohmann::json;
+using model::json_int;
+using model::json_string;
 
 std::int64_t get_int(const json& j, const std::string& path, const char* key, bool required, std::int64_t fallback,
                      std::int64_t min_value) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
-    if (required) throw InputError(path + ": " + key, "missing");
-    return fallback;
-  }
-  if (!it->is_number_integer()) throw InputError(path + ": " + key, "must be an integer, got " + it->dump());
-  const auto v = it->get<std::int64_t>();
-  if (v < min_value) {
-    throw InputError(path + ": " + key, "must be >= " + std::to_string(min_value) + ", got " + std::to_string(v));
-  }
-  return v;
+  return json_int(j, path, key, required, fallback, min_value);
 }
 
 std::string get_string(const json& j, const std::string& path, const char* key, const std::string& fallback) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_string()) throw InputError(path + ": " + key, "must be a string, got " + it->dump());
-  return it->get<std::string>();
+  return json_string(j, path, key, fallback);
 }
 
 }  // namespace
 
 RobertaConfig RobertaConfig::from_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, "cannot open the model's config.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(ss.str());
-  } catch (const json::parse_error& e) {
-    throw InputError(path, std::string("not valid JSON: ") + e.what());
-  }
-  if (!j.is_object()) throw InputError(path, "must hold a JSON object");
+  const json j = model::read_config_json(path);
 
   RobertaConfig c;
   const std::string model_type = get_string(j, path, "model_type", "roberta");

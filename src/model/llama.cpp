@@ -1,0 +1,567 @@
+// Llama / Granite decoder forward pass on libtorch tensors held by the model (no nn::Module, no
+// autograd), with a preallocated key/value cache.
+//
+// Layout: activations are 2-D [batch * seq, hidden] row-major. q, k and v are fused into one weight
+// with (heads + 2 * kv_heads) * head_dim outputs and gate and up into one with 2 * intermediate
+// outputs, so a decode step reads each weight once, in 4 products per layer (see DecoderLayer). The cache holds, per layer,
+// keys and values [batch, kv_heads, capacity, head_dim]; a step writes its rotated keys and values at
+// positions [cached_length, cached_length + seq) and attends over [0, cached_length + seq).
+//
+// Two implementations of the same math:
+//  * float32 with oneDNN's sgemm ("fast" path): raw loops for RMSNorm, RoPE, SiLU and softmax, strided
+//    sgemm calls for attention straight on the fused QKV buffer and the cache (no permute copies). Work
+//    buffers live in Workspaces that grow to the largest batch seen and are reused, so decode steps do
+//    not allocate big blocks (and do not page-fault; see model::tune_malloc_once).
+//  * torch ops (bfloat16, or float32 without oneDNN), written like transformers' eager code so that
+//    bfloat16 rounds where HF's model.to(torch.bfloat16) rounds: products, residual adds and the SiLU
+//    gate in bfloat16; RMSNorm statistics, RoPE angles and softmax in float32.
+//
+// Masking: a query attends to key j when key_mask[j] == 1 and j is not after the query. HF adds the
+// dtype's lowest value to masked scores, which makes their probabilities exactly 0 whenever one key is
+// allowed; a query with no allowed key at all (a padding position) gets a zero context here instead of
+// HF's meaningless uniform average. Those rows only feed other padding rows, never a real token.
+#include "model/llama.hpp"
+
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <set>
+#include <stdexcept>
+
+#include "common/errors.hpp"
+#include "io/safetensors.hpp"
+#include "model/gemm.hpp"
+#include "model/loader_util.hpp"
+
+namespace evalrun {
+namespace {
+
+using torch::Tensor;
+namespace fs = std::filesystem;
+
+// Projection weights are [in, out] (pre-transposed) on the sgemm path and [out, in] as stored on the
+// torch path: oneDNN's bfloat16 matmul (at::linear) reads the [out, in] layout ~20% faster at the
+// small batches of decoding.
+struct DecoderLayer {
+  Tensor qkv;      // (nh + 2 nkv) d outputs: q | k | v
+  Tensor o;        // nh d -> H
+  Tensor gate_up;  // 2 I outputs: gate | up
+  Tensor down;     // I -> H
+  Tensor attn_norm, mlp_norm;  // [H]
+};
+
+// RoPE inverse frequencies as transformers computes them, in float32 tensor arithmetic:
+// 1 / theta^(arange(0, d, 2) / d), then for rope_type llama3 the wavelength-based smoothing of
+// _compute_llama3_parameters: wavelengths above original_max / low_freq_factor are slowed down by
+// `factor`, those below original_max / high_freq_factor are kept, the ones in between interpolated.
+Tensor rope_inv_freq(const LlamaConfig& c) {
+  const std::int64_t d = c.head_dim;
+  Tensor exponent = torch::arange(0, d, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(d);
+  Tensor inv_freq = torch::pow(c.rope_theta, exponent).reciprocal();
+  if (c.rope_type != "llama3") return inv_freq;
+  const double factor = c.rope_factor, low = c.rope_low_freq_factor, high = c.rope_high_freq_factor;
+  const double old_len = static_cast<double>(c.rope_original_max_position_embeddings);
+  const double low_freq_wavelen = old_len / low, high_freq_wavelen = old_len / high;
+  // Python's `scalar / tensor` is reciprocal(tensor) * scalar; written the same way to round the same.
+  Tensor wavelen = inv_freq.reciprocal() * (2 * M_PI);
+  Tensor scaled = torch::where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq);
+  Tensor smooth = (wavelen.reciprocal() * old_len - low) / (high - low);
+  Tensor smoothed = (1 - smooth) * scaled / factor + smooth * scaled;
+  Tensor medium = torch::logical_not(wavelen < high_freq_wavelen).logical_and(torch::logical_not(wavelen > low_freq_wavelen));
+  return torch::where(medium, smoothed, scaled).contiguous();
+}
+
+// out[r] = w * (x[r] * rsqrt(mean(x[r]^2) + eps)), float32, as LlamaRMSNorm.
+void rms_norm_rows(const float* x, const float* w, float* out, std::int64_t rows, std::int64_t n, float eps) {
+  at::parallel_for(0, rows, 16, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * n;
+      float* o = out + r * n;
+      double sum = 0;
+      for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i]) * xr[i];
+      const float variance = static_cast<float>(sum / static_cast<double>(n));
+      const float inv = 1.0f / std::sqrt(variance + eps);
+      for (std::int64_t i = 0; i < n; ++i) o[i] = w[i] * (xr[i] * inv);
+    }
+  });
+}
+
+// In-place rotate_half RoPE of one head vector: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin).
+inline void rope_head(float* v, const float* cos, const float* sin, std::int64_t half) {
+  for (std::int64_t i = 0; i < half; ++i) {
+    const float x1 = v[i], x2 = v[i + half];
+    v[i] = x1 * cos[i] + (-x2) * sin[i];
+    v[i + half] = x2 * cos[i] + x1 * sin[i];
+  }
+}
+
+// Row-wise softmax over `n` scores where allowed(j); disallowed entries and rows with nothing
+// allowed become 0.
+template <typename Allowed>
+void masked_softmax_row(float* s, std::int64_t n, Allowed allowed) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (std::int64_t j = 0; j < n; ++j) {
+    if (allowed(j)) mx = std::max(mx, s[j]);
+  }
+  if (mx == -std::numeric_limits<float>::infinity()) {
+    std::fill(s, s + n, 0.0f);
+    return;
+  }
+  float sum = 0;
+  for (std::int64_t j = 0; j < n; ++j) {
+    const float e = allowed(j) ? std::exp(s[j] - mx) : 0.0f;
+    s[j] = e;
+    sum += e;
+  }
+  for (std::int64_t j = 0; j < n; ++j) s[j] /= sum;
+}
+
+}  // namespace
+
+struct DecoderModel::Cache {
+  std::int64_t batch = 0, capacity = 0, length = 0;
+  std::vector<Tensor> k, v;  // per layer [batch, kv_heads, capacity, head_dim]
+};
+
+struct DecoderModel::Impl {
+  LlamaConfig cfg;
+  DType dtype = DType::fp32;
+  torch::ScalarType st = torch::kFloat32;
+  std::string dir;
+  bool use_sgemm = false;  // float32 with oneDNN's sgemm (fixed at load)
+
+  Tensor embed;       // [V, H]
+  Tensor lm_head;     // [V, H] (tied: the embeddings)
+  Tensor final_norm;  // [H]
+  std::vector<DecoderLayer> layers;
+  Tensor inv_freq;  // float32 [d / 2]
+
+  model::Workspace buf_x, buf_a, buf_qkv, buf_ctx, buf_gu, buf_act, buf_scores, buf_rope, buf_final;
+
+  std::int64_t q_width() const { return cfg.num_attention_heads * cfg.head_dim; }
+  std::int64_t kv_width() const { return cfg.num_key_value_heads * cfg.head_dim; }
+  float attention_scale() const {
+    // Granite multiplies the scores by attention_multiplier; Llama divides them by sqrt(head_dim).
+    if (cfg.model_type == "granite") return static_cast<float>(cfg.attention_multiplier);
+    return static_cast<float>(1.0 / std::sqrt(static_cast<double>(cfg.head_dim)));
+  }
+
+  void check_inputs(const std::int64_t* ids, const std::int64_t* positions, const std::int64_t* key_mask,
+                    std::int64_t batch, std::int64_t seq, const Cache& cache) const {
+    if (ids == nullptr || positions == nullptr || key_mask == nullptr) {
+      throw std::invalid_argument("DecoderModel::forward: null ids, positions or key_mask");
+    }
+    if (batch <= 0 || seq <= 0) throw std::invalid_argument("DecoderModel::forward: batch and seq must be positive");
+    if (batch != cache.batch) {
+      throw std::invalid_argument("DecoderModel::forward: batch " + std::to_string(batch) + " but the cache has " +
+                                  std::to_string(cache.batch) + " rows");
+    }
+    if (cache.length + seq > cache.capacity) {
+      throw std::invalid_argument("DecoderModel::forward: " + std::to_string(cache.length) + " cached + " +
+                                  std::to_string(seq) + " new positions exceed the cache capacity " +
+                                  std::to_string(cache.capacity));
+    }
+    for (std::int64_t i = 0; i < batch * seq; ++i) {
+      if (ids[i] < 0 || ids[i] >= cfg.vocab_size) {
+        throw InputError("input ids", "token id " + std::to_string(ids[i]) + " at [" + std::to_string(i / seq) +
+                                          ", " + std::to_string(i % seq) + "] is outside the vocabulary (vocab_size " +
+                                          std::to_string(cfg.vocab_size) + ")");
+      }
+      if (positions[i] < 0) throw std::invalid_argument("DecoderModel::forward: negative position");
+    }
+  }
+
+  // cos / sin [M, d/2] float32 for the given positions (HF: float32 angle = inv_freq * position).
+  void rope_tables(const std::int64_t* positions, std::int64_t M, float*& cos, float*& sin) {
+    const std::int64_t half = cfg.head_dim / 2;
+    Tensor t = buf_rope.get({2, M, half}, torch::kFloat32);
+    cos = t.data_ptr<float>();
+    sin = cos + M * half;
+    const float* f = inv_freq.data_ptr<float>();
+    for (std::int64_t m = 0; m < M; ++m) {
+      const float p = static_cast<float>(positions[m]);
+      for (std::int64_t i = 0; i < half; ++i) {
+        const float angle = f[i] * p;
+        cos[m * half + i] = std::cos(angle);
+        sin[m * half + i] = std::sin(angle);
+      }
+    }
+  }
+
+  // ---- float32 + sgemm path ------------------------------------------------------------------
+
+  // Attention of one layer: rotated q in qkv (row stride W), keys / values already in the cache.
+  void attention_fast(const float* qkv, std::int64_t W, const Cache& cache, std::size_t layer,
+                      const std::int64_t* key_mask, std::int64_t batch, std::int64_t seq, float* ctx) {
+    const std::int64_t nh = cfg.num_attention_heads, nkv = cfg.num_key_value_heads, d = cfg.head_dim;
+    const std::int64_t groups = nh / nkv, qw = q_width(), cap = cache.capacity;
+    const std::int64_t len0 = cache.length, T = len0 + seq;
+    const float scale = attention_scale();
+    const float* kc = cache.k[layer].data_ptr<float>();
+    const float* vc = cache.v[layer].data_ptr<float>();
+    const int threads = at::get_num_threads();
+    // One step (seq 1): the `groups` query heads of a kv head are adjacent in the row, so each
+    // (row, kv head) is one [groups, d] x [d, T] product. Longer inputs: one product per (row, head).
+    const bool grouped = seq == 1;
+    const std::int64_t rows = grouped ? groups : seq;
+    const std::int64_t tasks = grouped ? batch * nkv : batch * nh;
+    float* scores_all = buf_scores.get({threads, rows, T}, torch::kFloat32).data_ptr<float>();
+    at::parallel_for(0, tasks, 1, [&](std::int64_t t0, std::int64_t t1) {
+      float* s = scores_all + static_cast<std::int64_t>(at::get_thread_num()) * rows * T;
+      for (std::int64_t task = t0; task < t1; ++task) {
+        std::int64_t b, h, j;
+        if (grouped) {
+          b = task / nkv, j = task % nkv, h = j * groups;
+        } else {
+          b = task / nh, h = task % nh, j = h / groups;
+        }
+        const float* kp = kc + (b * nkv + j) * cap * d;
+        const float* vp = vc + (b * nkv + j) * cap * d;
+        const float* q = qkv + b * seq * W + h * d;
+        const std::int64_t* km = key_mask + b * T;
+        model::sgemm('N', 'T', rows, T, d, scale, q, grouped ? d : W, kp, d, 0.0f, s, T);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const std::int64_t last = grouped ? T - 1 : len0 + r;  // the query's own index
+          masked_softmax_row(s + r * T, T, [&](std::int64_t k) { return k <= last && km[k] != 0; });
+        }
+        float* out = ctx + b * seq * qw + h * d;
+        model::sgemm('N', 'N', rows, d, T, 1.0f, s, T, vp, d, 0.0f, out, grouped ? d : qw);
+      }
+    });
+  }
+
+  // Runs the layers; returns the residual stream [M, H] after the last layer.
+  Tensor layers_fast(const std::int64_t* ids, const std::int64_t* positions, const std::int64_t* key_mask,
+                     std::int64_t batch, std::int64_t seq, Cache& cache, std::vector<std::vector<float>>* hidden) {
+    const auto& c = cfg;
+    const std::int64_t M = batch * seq, H = c.hidden_size, I = c.intermediate_size, d = c.head_dim;
+    const std::int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads, half = d / 2;
+    const std::int64_t qw = q_width(), kvw = kv_width(), W = qw + 2 * kvw, cap = cache.capacity;
+    const std::int64_t len0 = cache.length;
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    const float rm = static_cast<float>(c.residual_multiplier);
+
+    Tensor xt = buf_x.get({M, H}, torch::kFloat32);
+    float* x = xt.data_ptr<float>();
+    const float* emb = embed.data_ptr<float>();
+    const float em = static_cast<float>(c.embedding_multiplier);
+    for (std::int64_t m = 0; m < M; ++m) {
+      const float* e = emb + ids[m] * H;
+      float* xr = x + m * H;
+      if (em == 1.0f) {
+        std::memcpy(xr, e, sizeof(float) * H);
+      } else {
+        for (std::int64_t i = 0; i < H; ++i) xr[i] = e[i] * em;
+      }
+    }
+    auto keep = [&](const float* p) {
+      if (hidden != nullptr) hidden->emplace_back(p, p + M * H);
+    };
+    keep(x);
+
+    float *cos, *sin;
+    rope_tables(positions, M, cos, sin);
+    float* a = buf_a.get({M, H}, torch::kFloat32).data_ptr<float>();
+    float* qkv = buf_qkv.get({M, W}, torch::kFloat32).data_ptr<float>();
+    float* ctx = buf_ctx.get({M, qw}, torch::kFloat32).data_ptr<float>();
+    float* gu = buf_gu.get({M, 2 * I}, torch::kFloat32).data_ptr<float>();
+    float* act = buf_act.get({M, I}, torch::kFloat32).data_ptr<float>();
+
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      const DecoderLayer& L = layers[l];
+      rms_norm_rows(x, L.attn_norm.data_ptr<float>(), a, M, H, eps);
+      model::sgemm('N', 'N', M, W, H, 1.0f, a, H, L.qkv.data_ptr<float>(), W, 0.0f, qkv, W);
+      // Rotate q and k, and store k and v in the cache.
+      float* kc = cache.k[l].data_ptr<float>();
+      float* vc = cache.v[l].data_ptr<float>();
+      at::parallel_for(0, M, 16, [&](std::int64_t m0, std::int64_t m1) {
+        for (std::int64_t m = m0; m < m1; ++m) {
+          float* row = qkv + m * W;
+          const float* cm = cos + m * half;
+          const float* sm = sin + m * half;
+          for (std::int64_t h = 0; h < nh + nkv; ++h) rope_head(row + h * d, cm, sm, half);
+          const std::int64_t b = m / seq, pos = len0 + m % seq;
+          for (std::int64_t j = 0; j < nkv; ++j) {
+            std::memcpy(kc + ((b * nkv + j) * cap + pos) * d, row + qw + j * d, sizeof(float) * d);
+            std::memcpy(vc + ((b * nkv + j) * cap + pos) * d, row + qw + kvw + j * d, sizeof(float) * d);
+          }
+        }
+      });
+      attention_fast(qkv, W, cache, l, key_mask, batch, seq, ctx);
+      // x += rm * (ctx @ W_o): HF adds residual + out * residual_multiplier.
+      model::sgemm('N', 'N', M, H, qw, rm, ctx, qw, L.o.data_ptr<float>(), H, 1.0f, x, H);
+
+      rms_norm_rows(x, L.mlp_norm.data_ptr<float>(), a, M, H, eps);
+      model::sgemm('N', 'N', M, 2 * I, H, 1.0f, a, H, L.gate_up.data_ptr<float>(), 2 * I, 0.0f, gu, 2 * I);
+      at::parallel_for(0, M, 16, [&](std::int64_t m0, std::int64_t m1) {
+        for (std::int64_t m = m0; m < m1; ++m) {
+          const float* g = gu + m * 2 * I;
+          const float* u = g + I;
+          float* o = act + m * I;
+          for (std::int64_t i = 0; i < I; ++i) o[i] = (g[i] / (1.0f + std::exp(-g[i]))) * u[i];
+        }
+      });
+      model::sgemm('N', 'N', M, H, I, rm, act, I, L.down.data_ptr<float>(), H, 1.0f, x, H);
+      if (l + 1 < layers.size()) keep(x);
+    }
+    return xt;
+  }
+
+  // ---- torch path (bfloat16, or float32 without oneDNN) ------------------------------------
+
+  Tensor rms_norm_t(const Tensor& x, const Tensor& w) const {
+    Tensor xf = x.to(torch::kFloat32);
+    Tensor variance = xf.pow(2).mean(-1, true);
+    return w * (xf * torch::rsqrt(variance + cfg.rms_norm_eps)).to(x.scalar_type());
+  }
+
+  static Tensor rotate_half(const Tensor& t) {
+    const std::int64_t half = t.size(-1) / 2;
+    return torch::cat({-t.narrow(-1, half, half), t.narrow(-1, 0, half)}, -1);
+  }
+
+  Tensor layers_torch(const std::int64_t* ids, const std::int64_t* positions, const std::int64_t* key_mask,
+                      std::int64_t batch, std::int64_t seq, Cache& cache, std::vector<std::vector<float>>* hidden) {
+    const auto& c = cfg;
+    const std::int64_t M = batch * seq, I = c.intermediate_size, d = c.head_dim;
+    const std::int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads, groups = nh / nkv;
+    const std::int64_t qw = q_width(), kvw = kv_width();
+    const std::int64_t len0 = cache.length, T = len0 + seq;
+    auto keep = [&](const Tensor& t) {
+      if (hidden == nullptr) return;
+      Tensor f = t.to(torch::kFloat32).contiguous();
+      hidden->emplace_back(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+    };
+
+    Tensor id_t = torch::from_blob(const_cast<std::int64_t*>(ids), {M}, torch::kInt64);
+    Tensor x = embed.index_select(0, id_t);
+    if (c.embedding_multiplier != 1.0) x = x * c.embedding_multiplier;
+    keep(x);
+
+    Tensor pos = torch::from_blob(const_cast<std::int64_t*>(positions), {batch, seq}, torch::kInt64);
+    Tensor freqs = pos.to(torch::kFloat32).unsqueeze(-1) * inv_freq.view({1, 1, -1});  // [B, L, d/2]
+    Tensor emb = torch::cat({freqs, freqs}, -1).unsqueeze(1);                        // [B, 1, L, d]
+    Tensor cos = emb.cos().to(st), sin = emb.sin().to(st);
+
+    // Additive mask [B, 1, L, T] in float32: 0 where allowed, float's lowest elsewhere.
+    Tensor km = torch::from_blob(const_cast<std::int64_t*>(key_mask), {batch, 1, 1, T}, torch::kInt64);
+    Tensor key_idx = torch::arange(T, torch::kInt64).view({1, 1, 1, T});
+    Tensor query_idx = torch::arange(len0, T, torch::kInt64).view({1, 1, seq, 1});
+    Tensor allowed = (km != 0).logical_and(key_idx <= query_idx);
+    Tensor mask_add = torch::zeros({batch, 1, seq, T}, torch::kFloat32)
+                          .masked_fill(allowed.logical_not(), std::numeric_limits<float>::lowest());
+    // Rows with nothing allowed get a zero context (see the file comment).
+    Tensor any_allowed = allowed.any(-1, true).to(st);  // [B, 1, L, 1]
+
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      const DecoderLayer& L = layers[l];
+      Tensor a = rms_norm_t(x, L.attn_norm);
+      Tensor qkv = at::linear(a, L.qkv);
+      Tensor q = qkv.narrow(1, 0, qw).view({batch, seq, nh, d}).transpose(1, 2);
+      Tensor k = qkv.narrow(1, qw, kvw).view({batch, seq, nkv, d}).transpose(1, 2);
+      Tensor v = qkv.narrow(1, qw + kvw, kvw).view({batch, seq, nkv, d}).transpose(1, 2);
+      q = q * cos + rotate_half(q) * sin;
+      k = k * cos + rotate_half(k) * sin;
+      cache.k[l].narrow(2, len0, seq).copy_(k);
+      cache.v[l].narrow(2, len0, seq).copy_(v);
+      Tensor keys = cache.k[l].narrow(2, 0, T), values = cache.v[l].narrow(2, 0, T);
+      if (groups > 1) {
+        keys = keys.unsqueeze(2).expand({batch, nkv, groups, T, d}).reshape({batch, nh, T, d});
+        values = values.unsqueeze(2).expand({batch, nkv, groups, T, d}).reshape({batch, nh, T, d});
+      }
+      Tensor scores = at::matmul(q, keys.transpose(2, 3));
+      if (c.model_type == "granite") {
+        scores = scores * c.attention_multiplier;
+      } else {
+        scores = scores / std::sqrt(static_cast<double>(d));
+      }
+      Tensor probs = torch::softmax(scores.to(torch::kFloat32) + mask_add, -1).to(st);
+      Tensor ctx = at::matmul(probs, values) * any_allowed;  // [B, nh, L, d]
+      ctx = ctx.transpose(1, 2).reshape({M, qw});
+      Tensor o = at::linear(ctx, L.o);
+      x = c.residual_multiplier == 1.0 ? x + o : x + o * c.residual_multiplier;
+
+      a = rms_norm_t(x, L.mlp_norm);
+      Tensor gu = at::linear(a, L.gate_up);
+      Tensor act = torch::silu(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
+      Tensor down = at::linear(act, L.down);
+      x = c.residual_multiplier == 1.0 ? x + down : x + down * c.residual_multiplier;
+      if (l + 1 < layers.size()) keep(x);
+    }
+    return x;
+  }
+
+  // ---- shared ------------------------------------------------------------------------------
+
+  Tensor run_layers(const std::int64_t* ids, const std::int64_t* positions, const std::int64_t* key_mask,
+                    std::int64_t batch, std::int64_t seq, Cache& cache, std::vector<std::vector<float>>* hidden) {
+    Tensor x = use_sgemm ? layers_fast(ids, positions, key_mask, batch, seq, cache, hidden)
+                         : layers_torch(ids, positions, key_mask, batch, seq, cache, hidden);
+    cache.length += seq;
+    return x;
+  }
+
+  // Final RMSNorm of the selected rows of x [M, H] (all rows when rows is empty) in the compute dtype.
+  Tensor final_normed(const Tensor& x, const std::vector<std::int64_t>& rows) {
+    const std::int64_t H = cfg.hidden_size;
+    if (use_sgemm) {
+      const std::int64_t R = rows.empty() ? x.size(0) : static_cast<std::int64_t>(rows.size());
+      Tensor sel = x;
+      if (!rows.empty()) {
+        sel = buf_final.get({2, R, H}, torch::kFloat32)[0];
+        for (std::int64_t r = 0; r < R; ++r) {
+          std::memcpy(sel.data_ptr<float>() + r * H, x.data_ptr<float>() + rows[r] * H, sizeof(float) * H);
+        }
+      }
+      Tensor out = rows.empty() ? buf_final.get({R, H}, torch::kFloat32) : buf_final.get({2, R, H}, torch::kFloat32)[1];
+      rms_norm_rows(sel.data_ptr<float>(), final_norm.data_ptr<float>(), out.data_ptr<float>(), R, H,
+                    static_cast<float>(cfg.rms_norm_eps));
+      return out;
+    }
+    Tensor sel = x;
+    if (!rows.empty()) {
+      Tensor idx = torch::tensor(rows, torch::kInt64);
+      sel = x.index_select(0, idx);
+    }
+    return rms_norm_t(sel, final_norm);
+  }
+
+  // logits [R, V] float32 = h [R, H] @ lm_head^T / logits_scaling.
+  void project(const Tensor& h, std::vector<float>& logits) {
+    const std::int64_t R = h.size(0), V = cfg.vocab_size, H = cfg.hidden_size;
+    logits.resize(static_cast<std::size_t>(R * V));
+    if (use_sgemm) {
+      model::sgemm('N', 'T', R, V, H, 1.0f, h.data_ptr<float>(), H, lm_head.data_ptr<float>(), H, 0.0f,
+                   logits.data(), V);
+      if (cfg.logits_scaling != 1.0) {
+        const float s = static_cast<float>(cfg.logits_scaling);
+        for (float& v : logits) v /= s;
+      }
+      return;
+    }
+    Tensor y = at::linear(h, lm_head);
+    if (cfg.logits_scaling != 1.0) y = y / cfg.logits_scaling;
+    y = y.to(torch::kFloat32).contiguous();
+    std::memcpy(logits.data(), y.data_ptr<float>(), sizeof(float) * R * V);
+  }
+};
+
+DecoderModel::DecoderModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DecoderModel::~DecoderModel() = default;
+
+std::unique_ptr<DecoderModel> DecoderModel::load(const std::string& dir, DType dtype, Device device) {
+  model::require_cpu(device);
+  model::tune_malloc_once();
+  torch::InferenceMode guard;
+
+  auto impl = std::make_unique<Impl>();
+  Impl& m = *impl;
+  m.dir = dir;
+  m.dtype = dtype;
+  m.cfg = LlamaConfig::from_json_file((fs::path(dir) / "config.json").string());
+  m.st = dtype == DType::bf16 ? torch::kBFloat16 : torch::kFloat32;
+  m.use_sgemm = m.st == torch::kFloat32 && model::have_onednn_sgemm();
+  const auto& c = m.cfg;
+  const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const std::int64_t qw = m.q_width(), kvw = m.kv_width();
+
+  Checkpoint ckpt(dir);
+  std::set<std::string> used;
+  const bool half = dtype == DType::fp16;
+  auto take = [&](const std::string& name, const std::vector<std::int64_t>& shape) {
+    used.insert(name);
+    return model::read_tensor(ckpt, name, shape, m.st, half);
+  };
+
+  m.embed = take("model.embed_tokens.weight", {V, H});
+  m.final_norm = take("model.norm.weight", {H});
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    DecoderLayer L;
+    Tensor wq = take(p + "self_attn.q_proj.weight", {qw, H});
+    Tensor wk = take(p + "self_attn.k_proj.weight", {kvw, H});
+    Tensor wv = take(p + "self_attn.v_proj.weight", {kvw, H});
+    Tensor wo = take(p + "self_attn.o_proj.weight", {H, qw});
+    Tensor wg = take(p + "mlp.gate_proj.weight", {I, H});
+    Tensor wu = take(p + "mlp.up_proj.weight", {I, H});
+    Tensor wd = take(p + "mlp.down_proj.weight", {H, I});
+    auto layout = [&](const Tensor& w) { return m.use_sgemm ? model::pre_transposed(w) : w.contiguous(); };
+    L.qkv = layout(torch::cat({wq, wk, wv}, 0));
+    L.o = layout(wo);
+    L.gate_up = layout(torch::cat({wg, wu}, 0));
+    L.down = layout(wd);
+    L.attn_norm = take(p + "input_layernorm.weight", {H});
+    L.mlp_norm = take(p + "post_attention_layernorm.weight", {H});
+    m.layers.push_back(std::move(L));
+    used.insert(p + "self_attn.rotary_emb.inv_freq");  // saved by old transformers versions; recomputed
+  }
+  if (c.tie_word_embeddings) {
+    // HF re-ties after loading: a saved lm_head.weight is ignored (its shape is still checked).
+    if (ckpt.find("lm_head.weight") != nullptr) take("lm_head.weight", {V, H});
+    m.lm_head = m.embed;
+  } else {
+    m.lm_head = take("lm_head.weight", {V, H});
+  }
+  for (const auto& name : ckpt.names()) {
+    if (!used.count(name)) throw InputError(ckpt.dir() + ": tensor '" + name + "'", "unexpected tensor for this architecture");
+  }
+  m.inv_freq = rope_inv_freq(c);
+  return std::unique_ptr<DecoderModel>(new DecoderModel(std::move(impl)));
+}
+
+const LlamaConfig& DecoderModel::config() const { return impl_->cfg; }
+const char* DecoderModel::compute_dtype() const { return impl_->st == torch::kBFloat16 ? "bfloat16" : "float32"; }
+
+std::unique_ptr<DecoderModel::Cache, void (*)(DecoderModel::Cache*)> DecoderModel::new_cache(
+    std::int64_t batch, std::int64_t capacity) const {
+  if (batch <= 0 || capacity <= 0) throw std::invalid_argument("DecoderModel::new_cache: batch and capacity must be positive");
+  torch::InferenceMode guard;
+  const auto& c = impl_->cfg;
+  std::unique_ptr<Cache, void (*)(Cache*)> cache(new Cache, [](Cache* p) { delete p; });
+  cache->batch = batch;
+  cache->capacity = capacity;
+  // Zero-filled: the pages are touched now rather than during decode steps.
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    cache->k.push_back(torch::zeros({batch, c.num_key_value_heads, capacity, c.head_dim}, impl_->st));
+    cache->v.push_back(torch::zeros({batch, c.num_key_value_heads, capacity, c.head_dim}, impl_->st));
+  }
+  return cache;
+}
+
+std::int64_t DecoderModel::cached_length(const Cache& cache) { return cache.length; }
+
+void DecoderModel::forward(const std::int64_t* ids, const std::int64_t* positions, const std::int64_t* key_mask,
+                           std::int64_t batch, std::int64_t seq, Cache& cache, bool all_positions,
+                           std::vector<float>& logits) {
+  Impl& m = *impl_;
+  m.check_inputs(ids, positions, key_mask, batch, seq, cache);
+  torch::InferenceMode guard;
+  Tensor x = m.run_layers(ids, positions, key_mask, batch, seq, cache, nullptr);
+  std::vector<std::int64_t> rows;
+  if (!all_positions && seq > 1) {
+    for (std::int64_t b = 0; b < batch; ++b) rows.push_back(b * seq + seq - 1);
+  }
+  m.project(m.final_normed(x, rows), logits);
+}
+
+std::vector<std::vector<float>> DecoderModel::hidden_states(const std::int64_t* ids, std::int64_t batch,
+                                                            std::int64_t seq) {
+  Impl& m = *impl_;
+  auto cache = new_cache(batch, seq);
+  std::vector<std::int64_t> positions(batch * seq), key_mask(batch * seq, 1);
+  for (std::int64_t i = 0; i < batch * seq; ++i) positions[i] = i % seq;
+  m.check_inputs(ids, positions.data(), key_mask.data(), batch, seq, *cache);
+  torch::InferenceMode guard;
+  std::vector<std::vector<float>> out;
+  Tensor x = m.run_layers(ids, positions.data(), key_mask.data(), batch, seq, *cache, &out);
+  Tensor h = m.final_normed(x, {}).to(torch::kFloat32).contiguous();
+  out.emplace_back(h.data_ptr<float>(), h.data_ptr<float>() + h.numel());
+  return out;
+}
+
+}  // namespace evalrun

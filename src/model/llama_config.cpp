@@ -1,0 +1,155 @@
+// config.json parsing and validation for the Llama family (LlamaForCausalLM, GraniteForCausalLM).
+// Defaults are those of transformers' LlamaConfig / GraniteConfig; fields that would change the
+// computation in ways this implementation does not cover are errors rather than silently ignored.
+#include <cmath>
+
+#include "common/errors.hpp"
+#include "model/llama.hpp"
+#include "model/loader_util.hpp"
+
+namespace evalrun {
+namespace {
+
+using nlohmann::json;
+
+// bos / eos / pad ids: an integer, null, or (eos in Llama 3 configs) a list whose first entry is used.
+std::int64_t token_id(const json& j, const std::string& path, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return -1;
+  if (it->is_number_integer()) return it->get<std::int64_t>();
+  if (it->is_array() && !it->empty() && (*it)[0].is_number_integer()) return (*it)[0].get<std::int64_t>();
+  throw InputError(path + ": " + key, "must be an integer or a list of integers, got " + it->dump());
+}
+
+void parse_rope_scaling(const json& j, const std::string& path, LlamaConfig& c) {
+  auto it = j.find("rope_scaling");
+  if (it == j.end() || it->is_null()) return;
+  const std::string where = path + ": rope_scaling";
+  if (!it->is_object()) throw InputError(where, "must be an object or null, got " + it->dump());
+  const json& rs = *it;
+  std::string type = model::json_string(rs, where, "rope_type", "");
+  if (type.empty()) type = model::json_string(rs, where, "type", "");
+  if (type.empty()) throw InputError(where + ".rope_type", "missing");
+  if (type == "default") return;
+  if (type != "llama3") {
+    throw InputError(where + ".rope_type", "'" + type + "' is not supported (supported: llama3, default)");
+  }
+  c.rope_type = type;
+  auto need = [&](const char* key) {
+    auto f = rs.find(key);
+    if (f == rs.end() || f->is_null()) throw InputError(where + "." + key, "missing (required for rope_type llama3)");
+    if (!f->is_number()) throw InputError(where + "." + key, "must be a number, got " + f->dump());
+    return f->get<double>();
+  };
+  c.rope_factor = need("factor");
+  c.rope_low_freq_factor = need("low_freq_factor");
+  c.rope_high_freq_factor = need("high_freq_factor");
+  const double orig = need("original_max_position_embeddings");
+  if (!(c.rope_factor >= 1.0)) throw InputError(where + ".factor", "must be >= 1");
+  if (!(c.rope_low_freq_factor > 0.0)) throw InputError(where + ".low_freq_factor", "must be > 0");
+  if (!(c.rope_high_freq_factor > c.rope_low_freq_factor)) {
+    throw InputError(where + ".high_freq_factor", "must be greater than low_freq_factor");
+  }
+  if (!(orig >= 1.0) || orig != std::floor(orig)) {
+    throw InputError(where + ".original_max_position_embeddings", "must be a positive integer");
+  }
+  c.rope_original_max_position_embeddings = static_cast<std::int64_t>(orig);
+}
+
+}  // namespace
+
+LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
+  using model::json_bool;
+  using model::json_int;
+  using model::json_number;
+  using model::json_string;
+  const json j = model::read_config_json(path);
+  LlamaConfig c;
+
+  c.model_type = json_string(j, path, "model_type", "");
+  if (c.model_type != "llama" && c.model_type != "granite") {
+    throw InputError(path + ": model_type", "'" + c.model_type + "' is not supported (supported: llama, granite)");
+  }
+  const bool granite = c.model_type == "granite";
+  const std::string expected_arch = granite ? "GraniteForCausalLM" : "LlamaForCausalLM";
+  auto arch = j.find("architectures");
+  if (arch == j.end() || arch->is_null()) throw InputError(path + ": architectures", "missing");
+  if (!arch->is_array()) throw InputError(path + ": architectures", "must be a list of strings");
+  for (const auto& a : *arch) {
+    if (!a.is_string()) throw InputError(path + ": architectures", "must be a list of strings");
+    c.architectures.push_back(a.get<std::string>());
+  }
+  if (c.architectures.size() != 1) {
+    throw InputError(path + ": architectures", "expected exactly one architecture, got " +
+                                                   std::to_string(c.architectures.size()) +
+                                                   " (supported: LlamaForCausalLM, GraniteForCausalLM)");
+  }
+  if (c.architectures[0] != expected_arch) {
+    const bool known = c.architectures[0] == "LlamaForCausalLM" || c.architectures[0] == "GraniteForCausalLM";
+    throw InputError(path + ": architectures",
+                     "'" + c.architectures[0] + "' " +
+                         (known ? "does not match model_type '" + c.model_type + "' (expected " + expected_arch + ")"
+                                : std::string("is not supported (supported: LlamaForCausalLM, GraniteForCausalLM)")));
+  }
+  if (auto q = j.find("quantization_config"); q != j.end() && !q->is_null()) {
+    throw InputError(path + ": quantization_config",
+                     "quantized checkpoints are not supported by the float decoder (dequantize it first)");
+  }
+
+  c.vocab_size = json_int(j, path, "vocab_size", true, 0, 1);
+  c.hidden_size = json_int(j, path, "hidden_size", true, 0, 1);
+  c.intermediate_size = json_int(j, path, "intermediate_size", true, 0, 1);
+  c.num_hidden_layers = json_int(j, path, "num_hidden_layers", true, 0, 1);
+  c.num_attention_heads = json_int(j, path, "num_attention_heads", true, 0, 1);
+  c.num_key_value_heads = json_int(j, path, "num_key_value_heads", false, c.num_attention_heads, 1);
+  c.max_position_embeddings = json_int(j, path, "max_position_embeddings", false, 2048, 1);
+  c.rms_norm_eps = json_number(j, path, "rms_norm_eps", 1e-6);
+  if (!(c.rms_norm_eps > 0.0)) throw InputError(path + ": rms_norm_eps", "must be > 0");
+  c.rope_theta = json_number(j, path, "rope_theta", 10000.0);
+  if (!(c.rope_theta > 0.0)) throw InputError(path + ": rope_theta", "must be > 0");
+  c.tie_word_embeddings = json_bool(j, path, "tie_word_embeddings", false);
+  c.attention_bias = json_bool(j, path, "attention_bias", false);
+  c.mlp_bias = json_bool(j, path, "mlp_bias", false);
+  if (c.attention_bias) throw InputError(path + ": attention_bias", "true is not supported (no projection biases)");
+  if (c.mlp_bias) throw InputError(path + ": mlp_bias", "true is not supported (no MLP biases)");
+  const std::string act = json_string(j, path, "hidden_act", "silu");
+  if (act != "silu") throw InputError(path + ": hidden_act", "'" + act + "' is not supported (only silu)");
+
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    throw InputError(path + ": num_key_value_heads", "num_attention_heads " + std::to_string(c.num_attention_heads) +
+                                                         " is not a multiple of num_key_value_heads " +
+                                                         std::to_string(c.num_key_value_heads));
+  }
+  const bool divisible = c.hidden_size % c.num_attention_heads == 0;
+  const std::int64_t default_head_dim = c.hidden_size / c.num_attention_heads;
+  c.head_dim = json_int(j, path, "head_dim", false, 0, 2);
+  if (c.head_dim == 0 || granite) {
+    // Granite (and Llama without head_dim) use hidden_size / num_attention_heads and need it exact.
+    if (!divisible) {
+      throw InputError(path + ": num_attention_heads", "hidden_size " + std::to_string(c.hidden_size) +
+                                                           " is not a multiple of num_attention_heads " +
+                                                           std::to_string(c.num_attention_heads));
+    }
+    if (c.head_dim != 0 && c.head_dim != default_head_dim) {
+      throw InputError(path + ": head_dim", "must equal hidden_size / num_attention_heads for granite");
+    }
+    c.head_dim = default_head_dim;
+  }
+  if (c.head_dim % 2 != 0) throw InputError(path + ": head_dim", "must be even (rotary embedding)");
+  parse_rope_scaling(j, path, c);
+
+  if (granite) {
+    c.embedding_multiplier = json_number(j, path, "embedding_multiplier", 1.0);
+    c.attention_multiplier = json_number(j, path, "attention_multiplier", 1.0);
+    c.residual_multiplier = json_number(j, path, "residual_multiplier", 1.0);
+    c.logits_scaling = json_number(j, path, "logits_scaling", 1.0);
+    if (c.attention_multiplier == 0.0) throw InputError(path + ": attention_multiplier", "must not be 0");
+    if (c.logits_scaling == 0.0) throw InputError(path + ": logits_scaling", "must not be 0");
+  }
+  c.bos_token_id = token_id(j, path, "bos_token_id");
+  c.eos_token_id = token_id(j, path, "eos_token_id");
+  c.pad_token_id = token_id(j, path, "pad_token_id");
+  return c;
+}
+
+}  // namespace evalrun

@@ -1,0 +1,128 @@
+#include "model/loader_util.hpp"
+
+#include <malloc.h>
+
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "common/errors.hpp"
+
+namespace evalrun::model {
+
+std::string shape_string(const std::vector<std::int64_t>& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+void tune_malloc_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);  // glibc's maximum on 64-bit; fixes the threshold
+    mallopt(M_TRIM_THRESHOLD, 1024 * 1024 * 1024);
+  });
+}
+
+void require_cpu(Device device) {
+  if (device == Device::cpu) return;
+  throw InputError("model.device",
+                   std::string("'") + to_string(device) + "' is not available in this build (CPU only)");
+}
+
+torch::Tensor Workspace::get(const std::vector<std::int64_t>& shape, torch::ScalarType st) {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  if (!storage.defined() || storage.numel() < n || storage.scalar_type() != st) {
+    storage = torch::Tensor();  // release first so peak memory is not old + new
+    storage = torch::empty({n}, torch::TensorOptions().dtype(st));
+  }
+  return storage.narrow(0, 0, n).view(shape);
+}
+
+torch::Tensor pre_transposed(const torch::Tensor& w) { return w.t().contiguous(); }
+
+torch::Tensor read_tensor(const Checkpoint& ckpt, const std::string& name, const std::vector<std::int64_t>& shape,
+                          torch::ScalarType target, bool round_to_half) {
+  const TensorView* found = ckpt.find(name);
+  if (found == nullptr) {
+    throw InputError(ckpt.dir() + ": tensor '" + name + "'", "missing (expected shape " + shape_string(shape) + ")");
+  }
+  const TensorView& v = *found;
+  if (v.shape != shape) {
+    throw InputError(v.file + ": tensor '" + name + "'",
+                     "shape " + shape_string(v.shape) + ", expected " + shape_string(shape));
+  }
+  torch::ScalarType src;
+  switch (v.dtype) {
+    case TensorDType::F32: src = torch::kFloat32; break;
+    case TensorDType::F16: src = torch::kFloat16; break;
+    case TensorDType::BF16: src = torch::kBFloat16; break;
+    default:
+      throw InputError(v.file + ": tensor '" + name + "'",
+                       std::string("dtype ") + evalrun::to_string(v.dtype) + " is not supported (F32, F16, BF16)");
+  }
+  // Copy out of the mapping (which may not be aligned for the element type and goes away after load).
+  torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(src));
+  if (v.nbytes != static_cast<std::size_t>(t.nbytes())) {
+    throw InputError(v.file + ": tensor '" + name + "'", "byte size does not match its shape and dtype");
+  }
+  std::memcpy(t.data_ptr(), v.data, v.nbytes);
+  if (round_to_half) t = t.to(torch::kFloat16);
+  return t.to(target).contiguous();
+}
+
+nlohmann::json read_config_json(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path, "cannot open the model's config.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InputError(path, std::string("not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) throw InputError(path, "must hold a JSON object");
+  return j;
+}
+
+std::int64_t json_int(const nlohmann::json& j, const std::string& path, const char* key, bool required,
+                      std::int64_t fallback, std::int64_t min_value) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (required) throw InputError(path + ": " + key, "missing");
+    return fallback;
+  }
+  if (!it->is_number_integer()) throw InputError(path + ": " + key, "must be an integer, got " + it->dump());
+  const auto v = it->get<std::int64_t>();
+  if (v < min_value) {
+    throw InputError(path + ": " + key, "must be >= " + std::to_string(min_value) + ", got " + std::to_string(v));
+  }
+  return v;
+}
+
+std::string json_string(const nlohmann::json& j, const std::string& path, const char* key,
+                        const std::string& fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_string()) throw InputError(path + ": " + key, "must be a string, got " + it->dump());
+  return it->get<std::string>();
+}
+
+double json_number(const nlohmann::json& j, const std::string& path, const char* key, double fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number()) throw InputError(path + ": " + key, "must be a number, got " + it->dump());
+  return it->get<double>();
+}
+
+bool json_bool(const nlohmann::json& j, const std::string& path, const char* key, bool fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) throw InputError(path + ": " + key, "must be true or false, got " + it->dump());
+  return it->get<bool>();
+}
+
+}  // namespace evalrun::model

@@ -1,0 +1,55 @@
+// Helpers shared by the model loaders and forward passes, internal to src/model: config.json field
+// readers, checkpoint tensors copied into torch tensors with shape and dtype checks, growable work
+// buffers, and the malloc tuning that keeps big buffers from being faulted in again on every call.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/run_spec.hpp"
+#include "io/safetensors.hpp"
+
+namespace evalrun::model {
+
+// "[2, 3]"
+std::string shape_string(const std::vector<std::int64_t>& shape);
+
+// Raises glibc's mmap threshold to its maximum (32 MiB) and the trim threshold to 1 GiB, once per
+// process: freed buffers are then reused instead of being unmapped and faulted in again (~11 us per
+// first-touched 4 KiB page on these VMs).
+void tune_malloc_once();
+
+// The models run on the CPU only: InputError naming model.device otherwise.
+void require_cpu(Device device);
+
+// A flat buffer handed out as views of the size asked for; grows, never shrinks.
+struct Workspace {
+  torch::Tensor storage;
+  torch::Tensor get(const std::vector<std::int64_t>& shape, torch::ScalarType st);
+};
+
+// w.t() made contiguous: [out, in] -> [in, out], so a linear layer is one row-major GEMM.
+torch::Tensor pre_transposed(const torch::Tensor& w);
+
+// Copies tensor `name` out of the checkpoint (F32 / F16 / BF16) as a contiguous tensor of `target`
+// dtype, after checking that its shape is `shape` (InputError naming the file, tensor and shapes).
+// round_to_half: round to float16 first (the precision of an fp16 run whose compute is float32).
+torch::Tensor read_tensor(const Checkpoint& ckpt, const std::string& name, const std::vector<std::int64_t>& shape,
+                          torch::ScalarType target, bool round_to_half);
+
+// config.json: parsed object (InputError naming the file when missing, not JSON or not an object).
+nlohmann::json read_config_json(const std::string& path);
+// Typed fields; errors are InputErrors naming "path: key". A missing or null key gives `fallback`
+// (or an error when required).
+std::int64_t json_int(const nlohmann::json& j, const std::string& path, const char* key, bool required,
+                      std::int64_t fallback, std::int64_t min_value);
+std::string json_string(const nlohmann::json& j, const std::string& path, const char* key,
+                        const std::string& fallback);
+double json_number(const nlohmann::json& j, const std::string& path, const char* key, double fallback);
+bool json_bool(const nlohmann::json& j, const std::string& path, const char* key, bool fallback);
+
+}  // namespace evalrun::model
