@@ -1,0 +1,99 @@
+// Greedy generation with a decoder (Llama-family) model on one rank: prompts -> work items ->
+// batched greedy decoding with a key/value cache, per-step logits and per-token timing, following
+// the seed's inference.py (fms generate) semantics.
+//
+// Batches are formed from the items sorted by prompt length, longest first (make_batches), and LEFT
+// padded: pad tokens sit before the prompt, get RoPE position 0 and key_mask 0, the prompt's own
+// tokens get positions 0, 1, ... So tokens do not depend on batch size, padding or which rank ran an
+// item, and logits only by float rounding (tests hold them within 1e-5).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "io/prompts.hpp"
+#include "tokenizer/decoder_tokenizer.hpp"
+
+namespace evalrun {
+
+class DecoderModel;
+
+struct GenerationOptions {
+  int max_new_tokens = 100;
+  // 0: no truncation. n > 0: a prompt longer than n tokens keeps its FIRST n tokens (BOS included).
+  // That is the seed's truncate_prompts_to_max_length (`prompt[:max_allowed_length]` on the token
+  // ids); note it cuts the end of the prompt, the part the model would continue. Ignored when
+  // fixed_prompt_length is set (as in the seed).
+  int max_prompt_length = 0;
+  // Each batch is left-padded to max(its longest prompt, min_pad_length) (the seed's pad_input_ids).
+  int min_pad_length = 0;
+  // > 0: every prompt is padded to exactly this length; a longer prompt is an InputError naming its
+  // id (the seed refuses to truncate then).
+  int fixed_prompt_length = 0;
+  // false: a sequence ends at its first stop id (the stop token kept as its last token) and the run
+  // ends when every sequence of the batch has ended; true: every sequence gets max_new_tokens.
+  bool no_early_termination = false;
+  int batch_size = 1;
+  // Logits kept per generated token: 0 none, -1 the full vocabulary row, k > 0 the k largest
+  // (values + ids, ties: lower id first).
+  int keep_logits = 0;
+  // Called after each batch with (items done, items total, seconds spent in the model so far).
+  std::function<void(std::size_t, std::size_t, double)> progress;
+};
+
+struct GenerationItem {
+  std::uint64_t index = 0;              // global index (position in the prompt list)
+  std::string id;                       // prompt id, for messages and results
+  std::vector<std::int64_t> prompt_ids; // tokenized (BOS per the tokenizer), truncated, NOT padded
+  bool truncated = false;               // max_prompt_length cut it
+};
+
+// Tokenizes the prompts (DecoderTokenizer::encode) and applies max_prompt_length / checks
+// fixed_prompt_length. Item i gets index first_index + i. A prompt that tokenizes to nothing is an
+// InputError naming its id.
+std::vector<GenerationItem> prepare_generation_items(const std::vector<Prompt>& prompts,
+                                                     const DecoderTokenizer& tokenizer,
+                                                     const GenerationOptions& options,
+                                                     std::uint64_t first_index = 0);
+
+struct GenerationResult {
+  std::uint64_t index = 0;
+  std::vector<std::int64_t> generated_ids;  // new tokens only; ends with the stop id when stopped
+  bool stopped = false;                     // ended at a stop id (early termination on)
+  std::int64_t vocab = 0;
+  std::vector<float> step_logits;           // keep_logits -1: [generated_ids.size(), vocab]
+  std::vector<std::int64_t> topk_ids;       // keep_logits k > 0: [generated_ids.size(), k]
+  std::vector<float> topk_logits;           //   same layout
+  // Timing of the item's batch (every row of a batch shares it):
+  double prefill_seconds = 0.0;             // the forward pass over the padded prompts
+  // One entry per generated token: [0] = prefill_seconds (time to the first token), [s] = the decode
+  // step that produced token s. A forward pass plus the argmax; keeping logits is not counted.
+  std::vector<double> step_seconds;
+  std::int64_t batch_rows = 0;              // rows of its batch
+  std::int64_t padded_length = 0;           // prompt length of its batch after padding
+};
+
+// Runs the items in batches; results come back in the order of `items`. stop_ids: the tokenizer's
+// stop_ids() (empty = never stop early). pad_id: the id written into pad positions (the tokenizer's
+// pad_id(); masked out, so any valid id gives the same result); it must be a valid id whenever a
+// batch needs padding (InputError otherwise). Finished rows of a batch keep being fed (their
+// outputs discarded) until the whole batch is done.
+std::vector<GenerationResult> run_generation(DecoderModel& model, const std::vector<GenerationItem>& items,
+                                             const GenerationOptions& options,
+                                             const std::vector<std::int64_t>& stop_ids, std::int64_t pad_id);
+
+// The seed's per-token latency report over one step_seconds list. "next" values leave out the first
+// token (the prefill); with fewer than two tokens they are 0 and the steps -1.
+struct LatencySummary {
+  double first_token = 0.0;     // step_seconds[0]
+  double mean_all = 0.0;        // mean over all tokens, first included
+  double mean_next = 0.0;       // mean over tokens 1..n-1
+  double min_next = 0.0, max_next = 0.0;
+  int min_step = -1, max_step = -1;  // index into step_seconds (the seed prints it + 1 as "token #")
+  double std_next = 0.0;        // population standard deviation (numpy's np.std) over tokens 1..n-1
+};
+LatencySummary summarize_latencies(const std::vector<double>& step_seconds);
+
+}  // namespace evalrun

@@ -1,0 +1,171 @@
+// DecoderTokenizer: special-id resolution from the checkpoint's JSON files (on the built-in tiny
+// byte-level BPE, no shared data needed) and the sentencepiece path against stories260K and the
+// llama-gptq oracle (Hugging Face's slow LlamaTokenizer ids and decoded texts).
+#include "tokenizer/decoder_tokenizer.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/errors.hpp"
+#include "io/hdf5_file.hpp"
+#include "test_util.hpp"
+#include "tokenizer/tiny_bpe.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace evalrun {
+namespace {
+
+namespace fs = std::filesystem;
+using Ids = std::vector<std::int64_t>;
+
+void write(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+}
+
+// A tiny byte-level BPE directory (<s>=0, <pad>=1, </s>=2, <unk>=3) whose JSON files each test rewrites.
+class BpeDir : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::make_temp_dir("evalrun-dectok");
+    write_tiny_bpe_tokenizer(dir_.string(), 400);
+    fs::remove(dir_ / "special_tokens_map.json");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST_F(BpeDir, GenerationConfigEosListGivesAllStopIdsAndPadTokenWins) {
+  write(dir_ / "tokenizer_config.json",
+        R"({"bos_token": "<s>", "eos_token": {"content": "</s>", "special": true}, "pad_token": "<pad>",
+            "unk_token": "<unk>", "add_bos_token": true})");
+  write(dir_ / "generation_config.json", R"({"bos_token_id": 0, "eos_token_id": [2, 7]})");
+  const auto t = DecoderTokenizer::from_dir(dir_.string());
+  EXPECT_EQ(t.kind(), "byte-level-bpe");
+  EXPECT_EQ(t.bos_id(), 0);
+  EXPECT_EQ(t.eos_id(), 2);
+  EXPECT_EQ(t.stop_ids(), (Ids{2, 7}));
+  EXPECT_EQ(t.pad_id(), 1);
+  EXPECT_TRUE(t.adds_bos());
+  const Ids ids = t.encode("the cat");
+  ASSERT_GE(ids.size(), 2u);
+  EXPECT_EQ(ids.front(), 0);
+  EXPECT_EQ(t.encode_without_bos("the cat"), Ids(ids.begin() + 1, ids.end()));
+  EXPECT_TRUE(t.is_special(7));  // a stop id is special for decoding
+  EXPECT_FALSE(t.sha256().empty());
+}
+
+TEST_F(BpeDir, PadFallsBackToFirstEosNotZero) {
+  write(dir_ / "tokenizer_config.json", R"({"bos_token": "<s>", "eos_token": "</s>", "pad_token": null})");
+  write(dir_ / "generation_config.json", R"({"eos_token_id": [5, 2]})");
+  const auto t = DecoderTokenizer::from_dir(dir_.string());
+  EXPECT_EQ(t.stop_ids(), (Ids{5, 2}));
+  EXPECT_EQ(t.pad_id(), 5);
+  EXPECT_EQ(t.eos_id(), 2);  // the tokenizer's own eos
+}
+
+TEST_F(BpeDir, ConfigJsonIsTheLastResort) {
+  write(dir_ / "tokenizer_config.json", R"({"add_bos_token": true})");
+  write(dir_ / "config.json", R"({"bos_token_id": 0, "eos_token_id": 2, "pad_token_id": null})");
+  const auto t = DecoderTokenizer::from_dir(dir_.string());
+  EXPECT_EQ(t.bos_id(), 0);
+  EXPECT_EQ(t.stop_ids(), (Ids{2}));
+  EXPECT_EQ(t.pad_id(), 2);
+}
+
+TEST_F(BpeDir, NoBosWhenBosEqualsEosOrAddBosFalse) {
+  write(dir_ / "tokenizer_config.json", R"({"bos_token": "</s>", "eos_token": "</s>", "add_bos_token": true})");
+  auto t = DecoderTokenizer::from_dir(dir_.string());
+  EXPECT_EQ(t.bos_id(), 2);
+  EXPECT_FALSE(t.adds_bos());
+  EXPECT_EQ(t.encode("the cat"), t.encode_without_bos("the cat"));
+
+  write(dir_ / "tokenizer_config.json", R"({"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": false})");
+  t = DecoderTokenizer::from_dir(dir_.string());
+  EXPECT_FALSE(t.adds_bos());
+  EXPECT_NE(t.encode("the cat").front(), 0);
+}
+
+TEST_F(BpeDir, DecodeSkipsSpecialTokensOnRequest) {
+  write(dir_ / "tokenizer_config.json", R"({"bos_token": "<s>", "eos_token": "</s>"})");
+  const auto t = DecoderTokenizer::from_dir(dir_.string());
+  Ids ids = t.encode("the cat");
+  ids.push_back(2);
+  EXPECT_EQ(t.decode(ids, true), "the cat");
+  EXPECT_EQ(t.decode(ids, false), "<s>the cat</s>");
+}
+
+TEST_F(BpeDir, ErrorsNameTheFileAndKey) {
+  write(dir_ / "tokenizer_config.json", R"({"bos_token": "<nope>"})");
+  try {
+    DecoderTokenizer::from_dir(dir_.string());
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer_config.json: bos_token"), std::string::npos) << e.what();
+  }
+  write(dir_ / "tokenizer_config.json", R"({"bos_token": "<s>"})");
+  write(dir_ / "generation_config.json", R"({"eos_token_id": "two"})");
+  try {
+    DecoderTokenizer::from_dir(dir_.string());
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("generation_config.json: eos_token_id"), std::string::npos) << e.what();
+  }
+  write(dir_ / "generation_config.json", "{ not json");
+  EXPECT_THROW(DecoderTokenizer::from_dir(dir_.string()), InputError);
+  EXPECT_THROW(DecoderTokenizer::from_dir((dir_ / "missing").string()), InputError);
+  const auto empty = testing::make_temp_dir("evalrun-dectok-empty");
+  EXPECT_THROW(DecoderTokenizer::from_dir(empty.string()), InputError);
+  fs::remove_all(empty);
+}
+
+TEST(DecoderTokenizerStories, EncodesLikeLlamaTokenizerAndDecodesTheReadmeText) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  const auto t = DecoderTokenizer::from_dir(data + "/models/stories260K");
+  EXPECT_EQ(t.kind(), "sentencepiece");
+  EXPECT_EQ(t.vocab_size(), 512);
+  EXPECT_EQ(t.encode("Once upon a time"), (Ids{1, 403, 407, 261, 378}));
+  EXPECT_EQ(t.bos_id(), 1);
+  EXPECT_EQ(t.eos_id(), 2);
+  EXPECT_EQ(t.stop_ids(), (Ids{2}));
+  EXPECT_EQ(t.pad_id(), 2);  // no pad token: the first eos, as transformers' generate
+  EXPECT_EQ(t.unk_id(), 0);
+  // Special-token text in a prompt becomes the token, as the slow tokenizer splits it out.
+  EXPECT_EQ(t.encode_without_bos("Once</s>"), (Ids{403, 2}));
+
+  Ids ids = {1, 403, 407, 261, 378};
+  const Ids readme = {432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337, 410,
+                      408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394, 261, 370,
+                      432, 352, 266, 268, 388, 426, 338, 391, 266, 267, 337, 335, 312, 432, 398, 312, 286,
+                      267, 414, 270, 333, 415, 426, 13,  438, 310, 439, 419, 357, 336, 432, 313, 438, 310,
+                      432, 278, 316, 439, 419, 298, 414, 267, 265, 282, 295, 433, 426, 436, 317, 286, 296,
+                      418, 269, 279, 292, 416, 439, 413, 409, 416, 327, 263, 415, 294, 267, 400};
+  ids.insert(ids.end(), readme.begin(), readme.end());
+  EXPECT_EQ(t.decode(ids, true),
+            "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One "
+            "day, she saw a big, red ball. She wanted to play with it, but it was too high.\nLily's mom said, "
+            "\"Lily, let's go to the park.\" Lily was sad and didn't know what to do");
+  // Without skipping, BOS is written as its text (LlamaTokenizer).
+  EXPECT_EQ(t.decode({1, 403, 407}, false), "<s>Once upon");
+}
+
+TEST(DecoderTokenizerOracle, LlamaGptqPromptsAndGeneratedTexts) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  const std::string dir = data + "/oracle/llama-gptq";
+  const auto t = DecoderTokenizer::from_dir(dir);
+  const H5Reader ref(dir + "/reference.h5");
+  const auto ids = ref.read_strings("/ids");
+  ASSERT_EQ(ids.size(), 6u);
+  for (const auto& id : ids) {
+    const std::string g = "/samples/" + id;
+    const std::string prompt = ref.attr_string(g, "prompt");
+    EXPECT_EQ(t.encode(prompt), ref.read_i64(g + "/input_ids")) << id;
+    EXPECT_EQ(t.decode(ref.read_i64(g + "/generated_ids"), true), ref.attr_string(g, "text")) << id;
+    EXPECT_EQ(t.decode(ref.read_i64(g + "/sequence_ids"), true), ref.attr_string(g, "full_text")) << id;
+  }
+}
+
+}  // namespace
+}  // namespace evalrun
