@@ -24,7 +24,15 @@ namespace {
 
 enum class Kind { string, integer, floating, boolean, enumeration };
 // Which runs a key may be set on; set on another kind of run it is an error, not silently ignored.
-enum class Applies { always, qa, mlm };
+// A bit set over task kinds (bit = 1 << TaskKind).
+using Applies = unsigned;
+constexpr Applies kQa = 1U << static_cast<unsigned>(TaskKind::qa);
+constexpr Applies kMlm = 1U << static_cast<unsigned>(TaskKind::mlm);
+constexpr Applies kGenerate = 1U << static_cast<unsigned>(TaskKind::generate);
+constexpr Applies kPerplexity = 1U << static_cast<unsigned>(TaskKind::perplexity);
+constexpr Applies kEncoders = kQa | kMlm;
+constexpr Applies kDecoders = kGenerate | kPerplexity;
+constexpr Applies kAnyTask = kEncoders | kDecoders;
 
 // A key's value once its type is checked (only the member matching the Kind is meaningful).
 struct Scalar {
@@ -42,7 +50,7 @@ struct KeySpec {
   std::vector<std::string> choices = {};  // enumeration values, in RunSpec enum order
   std::int64_t min = 0;                   // integers, inclusive
   std::int64_t max = 0;
-  Applies applies = Applies::always;
+  Applies applies = kAnyTask;
   bool required = false;
   const char* default_note = "";  // shown by describe_config_keys()
   const char* allowed_note = "";  // "" = derived from choices / min / max
@@ -98,11 +106,11 @@ const std::vector<KeySpec>& key_specs() {
        .help = "device the model runs on",
        .apply = [](RunSpec& r, const Scalar& v) { r.model.device = static_cast<Device>(v.choice); }},
       // [task]
-      {.section = "task", .key = "kind", .kind = Kind::enumeration, .choices = {"qa", "mlm"}, .required = true, .default_note = "(required)",
-       .help = "qa = extractive question answering (SQuAD), mlm = masked-token prediction",
+      {.section = "task", .key = "kind", .kind = Kind::enumeration, .choices = {"qa", "mlm", "generate", "perplexity"}, .required = true, .default_note = "(required)",
+       .help = "qa = extractive question answering (SQuAD), mlm = masked-token prediction (encoders); generate = greedy generation, perplexity = corpus perplexity (decoders)",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.kind = static_cast<TaskKind>(v.choice); }},
-      {.section = "task", .key = "dataset", .kind = Kind::string, .required = true, .default_note = "(required)", .allowed_note = "file",
-       .help = "qa: SQuAD JSON / jsonl; mlm: jsonl {\"id\",\"text\",\"targets\"?} or a text file",
+      {.section = "task", .key = "dataset", .kind = Kind::string, .default_note = "(required)", .allowed_note = "file, dir, glob",
+       .help = "qa: SQuAD JSON / jsonl; mlm: jsonl {\"id\",\"text\",\"targets\"?} or a text file; generate: jsonl {\"id\",\"prompt\"}, a .txt file (one prompt), a directory or glob of .txt files; perplexity: a text file",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.dataset = v.s; }, .check = check_not_empty},
       {.section = "task", .key = "batch_size", .kind = Kind::integer, .min = 1, .max = kIntMax, .default_note = "8",
        .help = "sequences per forward pass on each rank (results do not depend on it)",
@@ -110,30 +118,54 @@ const std::vector<KeySpec>& key_specs() {
       {.section = "task", .key = "max_samples", .kind = Kind::integer, .max = kI64Max, .default_note = "0",
        .help = "0 = every example; otherwise the first N examples in file order",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.max_samples = v.i; }},
-      {.section = "task", .key = "max_seq_length", .kind = Kind::integer, .min = 16, .max = 8192, .default_note = "384",
-       .help = "tokens per sequence (question + context for qa)",
+      {.section = "task", .key = "max_seq_length", .kind = Kind::integer, .min = 16, .max = 8192, .applies = kEncoders, .default_note = "384",
+       .help = "encoders: tokens per sequence (question + context for qa)",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.max_seq_length = static_cast<int>(v.i); }},
-      {.section = "task", .key = "doc_stride", .kind = Kind::integer, .min = 1, .max = kIntMax, .applies = Applies::qa, .default_note = "128", .allowed_note = "1..max_seq_length-1",
+      {.section = "task", .key = "doc_stride", .kind = Kind::integer, .min = 1, .max = kIntMax, .applies = kQa, .default_note = "128", .allowed_note = "1..max_seq_length-1",
        .help = "qa only: overlap in tokens between windows of a long context",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.doc_stride = static_cast<int>(v.i); }},
-      {.section = "task", .key = "n_best_size", .kind = Kind::integer, .min = 1, .max = kIntMax, .applies = Applies::qa, .default_note = "20",
+      {.section = "task", .key = "n_best_size", .kind = Kind::integer, .min = 1, .max = kIntMax, .applies = kQa, .default_note = "20",
        .help = "qa only: start/end candidates considered per window",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.n_best_size = static_cast<int>(v.i); }},
-      {.section = "task", .key = "max_answer_length", .kind = Kind::integer, .min = 1, .max = kIntMax, .applies = Applies::qa, .default_note = "30",
+      {.section = "task", .key = "max_answer_length", .kind = Kind::integer, .min = 1, .max = kIntMax, .applies = kQa, .default_note = "30",
        .help = "qa only: longest answer in tokens",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.max_answer_length = static_cast<int>(v.i); }},
-      {.section = "task", .key = "version_2_with_negative", .kind = Kind::boolean, .applies = Applies::qa, .default_note = "false",
+      {.section = "task", .key = "version_2_with_negative", .kind = Kind::boolean, .applies = kQa, .default_note = "false",
        .help = "qa only: SQuAD 2.0 (questions may have no answer)",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.version_2_with_negative = v.b; }},
-      {.section = "task", .key = "null_score_diff_threshold", .kind = Kind::floating, .applies = Applies::qa, .default_note = "0.0", .allowed_note = "finite",
+      {.section = "task", .key = "null_score_diff_threshold", .kind = Kind::floating, .applies = kQa, .default_note = "0.0", .allowed_note = "finite",
        .help = "qa only, with version_2_with_negative: predict no answer when null score - best span score > this",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.null_score_diff_threshold = v.f; }, .check = check_finite},
-      {.section = "task", .key = "pad_to_max_length", .kind = Kind::boolean, .applies = Applies::qa, .default_note = "false",
+      {.section = "task", .key = "pad_to_max_length", .kind = Kind::boolean, .applies = kQa, .default_note = "false",
        .help = "qa only: pad every window to max_seq_length (else to the longest in the batch)",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.pad_to_max_length = v.b; }},
-      {.section = "task", .key = "top_k", .kind = Kind::integer, .min = 1, .max = kIntMax, .applies = Applies::mlm, .default_note = "5",
+      {.section = "task", .key = "top_k", .kind = Kind::integer, .min = 1, .max = kIntMax, .applies = kMlm, .default_note = "5",
        .help = "mlm only: predictions kept per <mask>",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.top_k = static_cast<int>(v.i); }},
+      {.section = "task", .key = "prompt_set", .kind = Kind::enumeration, .choices = {"chat", "code"}, .applies = kGenerate, .default_note = "(none)",
+       .help = "generate only, instead of task.dataset: a built-in prompt set with its template",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.prompt_set = v.choice == 0 ? "chat" : "code"; }},
+      {.section = "task", .key = "max_new_tokens", .kind = Kind::integer, .min = 1, .max = kIntMax, .applies = kGenerate, .default_note = "100",
+       .help = "generate only: tokens generated per prompt (fewer when it stops at EOS)",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.max_new_tokens = static_cast<int>(v.i); }},
+      {.section = "task", .key = "max_prompt_length", .kind = Kind::integer, .max = kIntMax, .applies = kGenerate, .default_note = "0",
+       .help = "generate only: 0 = no limit; longer prompts keep their first N tokens (as the seed inference.py)",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.max_prompt_length = static_cast<int>(v.i); }},
+      {.section = "task", .key = "min_pad_length", .kind = Kind::integer, .max = kIntMax, .applies = kGenerate, .default_note = "0",
+       .help = "generate only: left-pad shorter prompts to at least N tokens (simulates a longer input)",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.min_pad_length = static_cast<int>(v.i); }},
+      {.section = "task", .key = "fixed_prompt_length", .kind = Kind::integer, .max = kIntMax, .applies = kGenerate, .default_note = "0",
+       .help = "generate only: 0 = off; left-pad every prompt to exactly N tokens, a longer prompt is an error",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.fixed_prompt_length = static_cast<int>(v.i); }},
+      {.section = "task", .key = "no_early_termination", .kind = Kind::boolean, .applies = kGenerate, .default_note = "false",
+       .help = "generate only: keep generating past EOS up to max_new_tokens",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.no_early_termination = v.b; }},
+      {.section = "task", .key = "context_length", .kind = Kind::integer, .max = kIntMax, .applies = kPerplexity, .default_note = "0",
+       .help = "perplexity only: tokens per window; 0 = the model's max_position_embeddings",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.context_length = static_cast<int>(v.i); }},
+      {.section = "task", .key = "stride", .kind = Kind::integer, .max = kIntMax, .applies = kPerplexity, .default_note = "0",
+       .help = "perplexity only: window start step; 0 = context_length (no overlap); each token is scored once",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.stride = static_cast<int>(v.i); }},
       // [parallel]
       {.section = "parallel", .key = "tensor_parallel", .kind = Kind::integer, .min = 1, .max = kIntMax, .default_note = "1",
        .help = "ranks sharing one model replica; the world size must be a multiple of it",
@@ -142,13 +174,13 @@ const std::vector<KeySpec>& key_specs() {
       {.section = "output", .key = "path", .kind = Kind::string, .default_note = "results/<run.name>.h5", .allowed_note = "file",
        .help = "HDF5 result file",
        .apply = [](RunSpec& r, const Scalar& v) { r.output.path = v.s; }},
-      {.section = "output", .key = "logits", .kind = Kind::enumeration, .choices = {"none", "topk", "full"}, .default_note = "\"full\"",
+      {.section = "output", .key = "logits", .kind = Kind::enumeration, .choices = {"none", "topk", "full"}, .default_note = "\"full\" (perplexity: \"none\")",
        .help = "logits stored in the result file: none, the top-k of each row, or every value",
        .apply = [](RunSpec& r, const Scalar& v) { r.output.logits = static_cast<LogitsMode>(v.choice); }},
       {.section = "output", .key = "top_k", .kind = Kind::integer, .min = 1, .max = kIntMax, .default_note = "20",
        .help = "only with logits = \"topk\": values kept per logits row",
        .apply = [](RunSpec& r, const Scalar& v) { r.output.top_k = static_cast<int>(v.i); }},
-      {.section = "output", .key = "predictions_json", .kind = Kind::string, .applies = Applies::qa, .default_note = "\"\" (not written)", .allowed_note = "file",
+      {.section = "output", .key = "predictions_json", .kind = Kind::string, .applies = kQa, .default_note = "\"\" (not written)", .allowed_note = "file",
        .help = "qa only: also write predictions in the official SQuAD evaluation script's format",
        .apply = [](RunSpec& r, const Scalar& v) { r.output.predictions_json = v.s; }},
   };
@@ -343,6 +375,10 @@ class Loader {
     check_applicability(spec);
     if (spec.output.path.empty()) spec.output.path = "results/" + spec.run.name + ".h5";
     if (spec.model.tokenizer.empty()) spec.model.tokenizer = spec.model.path;
+    // Full logits of every token of a corpus would dwarf the corpus: perplexity stores none unless asked.
+    if (spec.task.kind == TaskKind::perplexity && !set_keys_.count("output.logits")) {
+      spec.output.logits = LogitsMode::none;
+    }
     spec.config_text = serialise();
     return spec;
   }
@@ -596,11 +632,14 @@ class Loader {
       const std::string full = k.full();
       if (!set_keys_.count(full)) continue;
       const toml::value* v = find_value(k);
-      if ((k.applies == Applies::qa && spec.task.kind != TaskKind::qa) ||
-          (k.applies == Applies::mlm && spec.task.kind != TaskKind::mlm)) {
-        throw InputError(where(full, v), full + " applies only to task.kind = \"" +
-                                             (k.applies == Applies::qa ? "qa" : "mlm") +
-                                             "\" (this run has task.kind = \"" + kind + "\")");
+      if ((k.applies & (1U << static_cast<unsigned>(spec.task.kind))) == 0) {
+        std::string kinds;
+        for (TaskKind t : {TaskKind::qa, TaskKind::mlm, TaskKind::generate, TaskKind::perplexity}) {
+          if ((k.applies & (1U << static_cast<unsigned>(t))) == 0) continue;
+          kinds += std::string(kinds.empty() ? "" : " or ") + "\"" + to_string(t) + "\"";
+        }
+        throw InputError(where(full, v), full + " applies only to task.kind = " + kinds +
+                                             " (this run has task.kind = \"" + kind + "\")");
       }
     }
     if (set_keys_.count("output.top_k") && spec.output.logits != LogitsMode::topk) {
@@ -615,6 +654,36 @@ class Loader {
           where("task.null_score_diff_threshold",
                 find_value(*find_spec("task", "null_score_diff_threshold"))),
           "task.null_score_diff_threshold applies only when task.version_2_with_negative = true");
+    }
+    const bool has_dataset = set_keys_.count("task.dataset") > 0;
+    const bool has_prompt_set = set_keys_.count("task.prompt_set") > 0;
+    if (has_dataset && has_prompt_set) {
+      throw InputError(where("task.prompt_set", find_value(*find_spec("task", "prompt_set"))),
+                       "set either task.dataset or task.prompt_set, not both");
+    }
+    if (!has_dataset && !has_prompt_set) {
+      throw InputError(origin_, spec.task.kind == TaskKind::generate
+                                    ? "task.dataset (or task.prompt_set) is required: add 'dataset = ...' under [task]"
+                                    : "task.dataset is required: add 'dataset = ...' under [task]");
+    }
+    if (set_keys_.count("task.fixed_prompt_length") && spec.task.fixed_prompt_length > 0) {
+      if (set_keys_.count("task.min_pad_length") && spec.task.min_pad_length > 0) {
+        throw InputError(where("task.min_pad_length", find_value(*find_spec("task", "min_pad_length"))),
+                         "task.min_pad_length and task.fixed_prompt_length exclude each other (fixed_prompt_length "
+                         "already pads every prompt to its length)");
+      }
+      if (spec.task.max_prompt_length > 0 && spec.task.max_prompt_length > spec.task.fixed_prompt_length) {
+        throw InputError(where("task.max_prompt_length", find_value(*find_spec("task", "max_prompt_length"))),
+                         "task.max_prompt_length (" + std::to_string(spec.task.max_prompt_length) +
+                             ") is larger than task.fixed_prompt_length (" +
+                             std::to_string(spec.task.fixed_prompt_length) + ")");
+      }
+    }
+    if (spec.task.kind == TaskKind::perplexity && spec.task.stride > 0 && spec.task.context_length > 0 &&
+        spec.task.stride > spec.task.context_length) {
+      throw InputError(where("task.stride", find_value(*find_spec("task", "stride"))),
+                       "task.stride (" + std::to_string(spec.task.stride) + ") must not exceed task.context_length (" +
+                           std::to_string(spec.task.context_length) + "): tokens between windows would never be scored");
     }
     if (spec.task.kind == TaskKind::qa && spec.task.doc_stride >= spec.task.max_seq_length) {
       // Blame doc_stride where the user set it; else the max_seq_length that made the default too big.

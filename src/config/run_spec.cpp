@@ -34,6 +34,10 @@ const char* to_string(TaskKind k) {
       return "qa";
     case TaskKind::mlm:
       return "mlm";
+    case TaskKind::generate:
+      return "generate";
+    case TaskKind::perplexity:
+      return "perplexity";
   }
   return "?";
 }

@@ -11,7 +11,7 @@ namespace evalrun {
 
 enum class DType { fp32, bf16, fp16 };
 enum class Device { cpu, cuda, aiu };
-enum class TaskKind { qa, mlm };
+enum class TaskKind { qa, mlm, generate, perplexity };
 enum class LogitsMode { none, topk, full };
 
 const char* to_string(DType);
@@ -34,7 +34,7 @@ struct ModelSection {
 
 struct TaskSection {
   TaskKind kind = TaskKind::qa;
-  std::string dataset;  // qa: SQuAD JSON / jsonl; mlm: jsonl {"id","text","targets"?} or text file
+  std::string dataset;  // see the task.dataset key (file, directory or glob); "" when prompt_set is used
   int batch_size = 8;
   std::int64_t max_samples = 0;  // 0 = all; otherwise the first N examples (in file order)
   int max_seq_length = 384;
@@ -47,6 +47,16 @@ struct TaskSection {
   bool pad_to_max_length = false;
   // mlm only
   int top_k = 5;  // predictions kept per <mask>
+  // generate only
+  std::string prompt_set;  // "chat" / "code": built-in prompts instead of dataset
+  int max_new_tokens = 100;
+  int max_prompt_length = 0;    // 0 = no limit; longer prompts keep their first tokens
+  int min_pad_length = 0;       // left-pad shorter prompts to at least this
+  int fixed_prompt_length = 0;  // 0 = off; left-pad every prompt to exactly this (longer = error)
+  bool no_early_termination = false;
+  // perplexity only
+  int context_length = 0;  // 0 = the model's max_position_embeddings
+  int stride = 0;          // 0 = context_length
 };
 
 struct ParallelSection {

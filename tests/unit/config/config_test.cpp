@@ -402,9 +402,9 @@ TEST(ConfigEnum, CaseTypoGetsSuggestion) {
 
 TEST(ConfigEnum, TaskKindAndLogits) {
   std::string m =
-      error_of("[run]\nname=\"x\"\n[model]\npath=\"p\"\n[task]\nkind=\"generate\"\ndataset=\"d\"\n");
+      error_of("[run]\nname=\"x\"\n[model]\npath=\"p\"\n[task]\nkind=\"summarize\"\ndataset=\"d\"\n");
   EXPECT_HAS(m, "cfg.toml:6");
-  EXPECT_HAS(m, "task.kind: 'generate' is not allowed; allowed values: qa, mlm");
+  EXPECT_HAS(m, "task.kind: 'summarize' is not allowed; allowed values: qa, mlm, generate, perplexity");
   m = error_of(kQa + "[output]\nlogits = \"top-k\"\n");
   EXPECT_HAS(m, "cfg.toml:9");
   EXPECT_HAS(m, "allowed values: none, topk, full (did you mean 'topk'?)");
@@ -689,4 +689,63 @@ TEST(ConfigExamples, RobertaSquadPair) {
 }
 
 }  // namespace
+}  // namespace evalrun
+
+// --- decoder tasks -------------------------------------------------------------------------------
+
+namespace evalrun {
+namespace {
+const std::string kGen = "[run]\nname=\"g\"\n[model]\npath=\"m\"\n[task]\nkind=\"generate\"\n";
+}  // namespace
+
+TEST(ConfigDecoder, GenerateKeysParse) {
+  auto spec = parse_run_spec(kGen + "dataset=\"p.jsonl\"\nmax_new_tokens=24\nmax_prompt_length=64\n"
+                                    "fixed_prompt_length=64\nno_early_termination=true\n",
+                             "cfg.toml");
+  EXPECT_EQ(spec.task.kind, TaskKind::generate);
+  EXPECT_EQ(spec.task.max_new_tokens, 24);
+  EXPECT_EQ(spec.task.max_prompt_length, 64);
+  EXPECT_EQ(spec.task.fixed_prompt_length, 64);
+  EXPECT_TRUE(spec.task.no_early_termination);
+  auto builtin = parse_run_spec(kGen + "prompt_set=\"chat\"\n", "cfg.toml");
+  EXPECT_EQ(builtin.task.prompt_set, "chat");
+  EXPECT_EQ(builtin.task.dataset, "");
+  auto ppl = parse_run_spec(
+      "[run]\nname=\"p\"\n[model]\npath=\"m\"\n[task]\nkind=\"perplexity\"\ndataset=\"w.txt\"\n"
+      "context_length=128\nstride=64\n",
+      "cfg.toml");
+  EXPECT_EQ(ppl.task.context_length, 128);
+  EXPECT_EQ(ppl.task.stride, 64);
+}
+
+TEST(ConfigDecoder, EncoderOptionOnDecoderRunIsRefused) {
+  std::string m = error_of(kGen + "dataset=\"p.jsonl\"\npad_to_max_length=true\n");
+  EXPECT_HAS(m, "cfg.toml:8");
+  EXPECT_HAS(m, "task.pad_to_max_length applies only to task.kind = \"qa\" (this run has task.kind = \"generate\")");
+  m = error_of(kGen + "dataset=\"p.jsonl\"\nmax_seq_length=128\n");
+  EXPECT_HAS(m, "task.max_seq_length applies only to task.kind = \"qa\" or \"mlm\"");
+}
+
+TEST(ConfigDecoder, DecoderOptionOnEncoderRunIsRefused) {
+  std::string m = error_of(kQa + "max_new_tokens=5\n");
+  EXPECT_HAS(m, "task.max_new_tokens applies only to task.kind = \"generate\"");
+}
+
+TEST(ConfigDecoder, PromptSourceRules) {
+  EXPECT_HAS(error_of(kGen), "task.dataset (or task.prompt_set) is required");
+  EXPECT_HAS(error_of(kGen + "dataset=\"p.jsonl\"\nprompt_set=\"code\"\n"), "not both");
+  EXPECT_HAS(error_of(kGen + "prompt_set=\"poems\"\n"), "allowed values: chat, code");
+}
+
+TEST(ConfigDecoder, PaddingAndWindowRules) {
+  EXPECT_HAS(error_of(kGen + "dataset=\"p\"\nfixed_prompt_length=32\nmin_pad_length=16\n"), "exclude each other");
+  EXPECT_HAS(error_of(kGen + "dataset=\"p\"\nfixed_prompt_length=32\nmax_prompt_length=64\n"),
+             "larger than task.fixed_prompt_length");
+  std::string m = error_of(
+      "[run]\nname=\"p\"\n[model]\npath=\"m\"\n[task]\nkind=\"perplexity\"\ndataset=\"w.txt\"\n"
+      "context_length=64\nstride=128\n");
+  EXPECT_HAS(m, "cfg.toml:9");
+  EXPECT_HAS(m, "task.stride (128) must not exceed task.context_length (64)");
+}
+
 }  // namespace evalrun
