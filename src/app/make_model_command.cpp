@@ -4,27 +4,51 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "common/errors.hpp"
+#include "common/text.hpp"
 #include "model/make_model.hpp"
 #include "tokenizer/tiny_bpe.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace evalrun {
+namespace {
+
+// The decoder presets' config.json names Llama's usual ids (bos 1, eos 2); the learned tokenizer has
+// its own (<s> 0, <pad> 1, </s> 2). Make config.json and generation_config.json agree with it, as a
+// real checkpoint's files agree with each other.
+void align_special_ids(const std::string& dir, const ByteLevelBPE& tokenizer) {
+  const auto& sp = tokenizer.special();
+  const std::string config_path = dir + "/config.json";
+  auto config = nlohmann::json::parse(read_file(config_path));
+  config["bos_token_id"] = sp.bos;
+  config["eos_token_id"] = sp.eos;
+  config["pad_token_id"] = sp.pad;
+  std::ofstream(config_path) << config.dump(2) << "\n";
+  nlohmann::json generation = {{"bos_token_id", sp.bos}, {"eos_token_id", sp.eos}, {"pad_token_id", sp.pad}};
+  std::ofstream(dir + "/generation_config.json") << generation.dump(2) << "\n";
+}
+
+}  // namespace
 
 int make_model_command(int argc, char** argv) {
-  CLI::App app{"Write a deterministic random RoBERTa checkpoint in Hugging Face format (config.json,\n"
-               "model.safetensors, tokenizer files) for demos, tests and benchmarks.",
+  CLI::App app{"Write a deterministic random checkpoint in Hugging Face format (config.json,\n"
+               "model.safetensors, tokenizer files) for demos, tests and benchmarks: RoBERTa (presets tiny,\n"
+               "roberta-base; --head qa|mlm) or Llama-family decoders (presets tiny-llama, tiny-granite, llama-110m).",
                "evalrun make-model"};
   std::string out, head = "qa", preset = "tiny", tokenizer_from;
   std::uint64_t seed = 0;
   int vocab_target = 1000;
   app.add_option("--out", out, "directory to write (created)")->required();
-  app.add_option("--head", head, "qa (RobertaForQuestionAnswering) or mlm (RobertaForMaskedLM)")
+  auto* head_opt = app.add_option("--head", head, "RoBERTa presets: qa (RobertaForQuestionAnswering) or mlm (RobertaForMaskedLM)")
       ->check(CLI::IsMember({"qa", "mlm"}));
-  app.add_option("--preset", preset, "tiny (hidden 32, 2 layers) or roberta-base (125M parameters)")
-      ->check(CLI::IsMember({"tiny", "roberta-base"}));
+  app.add_option("--preset", preset,
+                 "tiny (RoBERTa, hidden 32, 2 layers), roberta-base (125M parameters), tiny-llama, tiny-granite "
+                 "(hidden 64, 2 layers, GQA), llama-110m (hidden 768, 12 layers, vocab 32000)")
+      ->check(CLI::IsMember({"tiny", "roberta-base", "tiny-llama", "tiny-granite", "llama-110m"}));
   app.add_option("--seed", seed, "random seed of the weights");
   app.add_option("--tokenizer-from", tokenizer_from,
                  "copy vocab.json/merges.txt (and special-token files) from this directory instead of "
@@ -47,6 +71,18 @@ int make_model_command(int argc, char** argv) {
     }
   }
   const auto tokenizer = ByteLevelBPE::from_dir(out);
+  const bool decoder = preset.find("llama") != std::string::npos || preset.find("granite") != std::string::npos;
+  if (decoder) {
+    if (head_opt->count() > 0) throw InputError("--head", "applies only to the RoBERTa presets (tiny, roberta-base)");
+    // llama-110m keeps its real vocabulary (32000) so its cost is the real model's.
+    const std::int64_t vocab = preset == "llama-110m" ? std::max<std::int64_t>(32000, tokenizer.vocab_size())
+                                                      : tokenizer.vocab_size();
+    make_llama_checkpoint(out, preset, seed, vocab);
+    align_special_ids(out, tokenizer);
+    std::printf("wrote %s: %s (vocab %lld, seed %llu)\n", out.c_str(), preset.c_str(), static_cast<long long>(vocab),
+                static_cast<unsigned long long>(seed));
+    return 0;
+  }
   // The roberta-base preset keeps its real vocabulary size (50265) so its cost is the real model's.
   const std::int64_t vocab = preset == "roberta-base" ? std::max<std::int64_t>(50265, tokenizer.vocab_size())
                                                       : tokenizer.vocab_size();

@@ -1,0 +1,479 @@
+// generate and perplexity runs of Llama-family decoders.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <functional>
+#include <numeric>
+#include <optional>
+
+#include "app/task_flow.hpp"
+#include "common/errors.hpp"
+#include "common/logging.hpp"
+#include "common/text.hpp"
+#include "dist/serialize.hpp"
+#include "io/hdf5_file.hpp"
+#include "io/prompts.hpp"
+#include "model/llama.hpp"
+#include "task/generate.hpp"
+#include "task/perplexity.hpp"
+#include "tokenizer/decoder_tokenizer.hpp"
+
+namespace evalrun {
+namespace {
+
+// 0 none, -1 full rows, k > 0 top-k: what the runners keep of each step's logits.
+int keep_logits(const RunSpec& spec) {
+  switch (spec.output.logits) {
+    case LogitsMode::none:
+      return 0;
+    case LogitsMode::topk:
+      return spec.output.top_k;
+    case LogitsMode::full:
+      return -1;
+  }
+  return 0;
+}
+
+void check_ids_in_vocab(const std::vector<std::int64_t>& ids, std::int64_t vocab, const std::string& model_path,
+                        const std::string& what) {
+  for (auto id : ids) {
+    if (id < 0 || id >= vocab) {
+      throw InputError(model_path, what + ": token id " + std::to_string(id) + " is outside the model's vocabulary (" +
+                                       std::to_string(vocab) + "): tokenizer and model do not match");
+    }
+  }
+}
+
+std::string join_stop_ids(const std::vector<std::int64_t>& ids) {
+  std::string s;
+  for (auto id : ids) {
+    if (!s.empty()) s.push_back(' ');
+    s.append(std::to_string(id));
+  }
+  return s;
+}
+
+// Writes [rows, row_len] float32 rows given as one flat vector per sample (rows of all samples stacked).
+void write_step_logits(H5Writer& out, const std::string& path, const std::vector<std::vector<float>>& per_sample,
+                       std::int64_t row_len) {
+  std::vector<float> flat;
+  for (const auto& v : per_sample) flat.insert(flat.end(), v.begin(), v.end());
+  const auto rows = row_len > 0 ? static_cast<std::int64_t>(flat.size()) / row_len : 0;
+  out.write(path, flat, {rows, row_len}, /*row_chunk=*/4);
+}
+
+// ================================================================================================
+class DecoderFlow : public TaskFlow {
+ public:
+  PreparedWork prepare(const RunSpec& spec, int ranks) override {
+    tokenizer_.emplace(DecoderTokenizer::from_dir(tokenizer_dir(spec)));
+    return spec.task.kind == TaskKind::generate ? prepare_generate(spec, ranks) : prepare_perplexity(spec, ranks);
+  }
+
+  void load(const RunSpec& spec, const std::string& shard, const std::string& shared, Provenance& prov) override {
+    model_ = DecoderModel::load(spec.model.path, spec.model.dtype, spec.model.device);
+    const auto& cfg = model_->config();
+    prov.compute_dtype = model_->compute_dtype();
+    prov.architecture = cfg.architectures.empty() ? cfg.model_type : cfg.architectures.front();
+    if (tokenizer_) prov.tokenizer_sha256 = tokenizer_->sha256();
+    ByteReader r(shard);
+    if (spec.task.kind == TaskKind::generate) {
+      stop_ids_ = r.get_vector<std::int64_t>();
+      pad_id_ = r.get<std::int64_t>();
+      gen_items_.resize(r.get<std::uint64_t>());
+      for (auto& it : gen_items_) {
+        it.index = r.get<std::uint64_t>();
+        it.id = r.get_string();
+        it.prompt_ids = r.get_vector<std::int64_t>();
+        it.truncated = r.get<std::uint8_t>() != 0;
+        check_ids_in_vocab(it.prompt_ids, cfg.vocab_size, spec.model.path, "prompt '" + it.id + "'");
+      }
+    } else {
+      ByteReader s(shared);
+      tokens_ = s.get_vector<std::int64_t>();
+      context_ = static_cast<int>(s.get<std::int64_t>());
+      check_ids_in_vocab(tokens_, cfg.vocab_size, spec.model.path, spec.task.dataset);
+      windows_.resize(r.get<std::uint64_t>());
+      for (auto& w : windows_) {
+        w.index = r.get<std::uint64_t>();
+        w.begin = r.get<std::int64_t>();
+        w.end = r.get<std::int64_t>();
+        w.score_from = r.get<std::int64_t>();
+      }
+    }
+  }
+
+  std::string run(const RunSpec& spec, bool report_progress) override {
+    std::string out = spec.task.kind == TaskKind::generate ? run_generate(spec, report_progress)
+                                                           : run_perplexity(spec, report_progress);
+    model_.reset();
+    return out;
+  }
+
+  void finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
+              Provenance prov) override {
+    if (spec.task.kind == TaskKind::generate) {
+      finish_generate(spec, gathered, times, prov);
+    } else {
+      finish_perplexity(spec, gathered, times, prov);
+    }
+  }
+
+ private:
+  // --- generate -----------------------------------------------------------------------------------
+  GenerationOptions generation_options(const RunSpec& spec) const {
+    GenerationOptions o;
+    o.max_new_tokens = spec.task.max_new_tokens;
+    o.max_prompt_length = spec.task.max_prompt_length;
+    o.min_pad_length = spec.task.min_pad_length;
+    o.fixed_prompt_length = spec.task.fixed_prompt_length;
+    o.no_early_termination = spec.task.no_early_termination;
+    o.batch_size = spec.task.batch_size;
+    o.keep_logits = keep_logits(spec);
+    return o;
+  }
+
+  PreparedWork prepare_generate(const RunSpec& spec, int ranks) {
+    prompts_ = spec.task.prompt_set.empty() ? read_prompts(spec.task.dataset) : builtin_prompts(spec.task.prompt_set);
+    if (spec.task.max_samples > 0 && static_cast<std::size_t>(spec.task.max_samples) < prompts_.size()) {
+      prompts_.resize(static_cast<std::size_t>(spec.task.max_samples));
+    }
+    const auto items = prepare_generation_items(prompts_, *tokenizer_, generation_options(spec));
+    prompt_ids_.clear();
+    truncated_.clear();
+    for (const auto& it : items) {
+      prompt_ids_.push_back(it.prompt_ids);
+      truncated_.push_back(it.truncated ? 1 : 0);
+    }
+    std::vector<std::int64_t> cost;
+    for (const auto& it : items) cost.push_back(static_cast<std::int64_t>(it.prompt_ids.size()) + spec.task.max_new_tokens);
+    PreparedWork w;
+    for (const auto& shard : balanced_shards(cost, ranks)) {
+      ByteWriter b;
+      b.put_vector(tokenizer_->stop_ids());
+      b.put<std::int64_t>(tokenizer_->pad_id());
+      b.put<std::uint64_t>(shard.size());
+      for (std::size_t i : shard) {
+        b.put<std::uint64_t>(items[i].index);
+        b.put_string(items[i].id);
+        b.put_vector(items[i].prompt_ids);
+        b.put<std::uint8_t>(items[i].truncated ? 1 : 0);
+      }
+      w.shards.push_back(b.take());
+    }
+    w.samples = w.items = items.size();
+    log().info("generate: {} prompts, stop ids [{}], pad id {}", items.size(), join_stop_ids(tokenizer_->stop_ids()),
+               tokenizer_->pad_id());
+    return w;
+  }
+
+  std::string run_generate(const RunSpec& spec, bool report_progress) {
+    GenerationOptions o = generation_options(spec);
+    Progress progress("prompts");
+    if (report_progress) o.progress = std::ref(progress);
+    auto results = run_generation(*model_, gen_items_, o, stop_ids_, pad_id_);
+    ByteWriter w;
+    w.put<std::uint64_t>(results.size());
+    for (const auto& r : results) {
+      w.put<std::uint64_t>(r.index);
+      w.put_vector(r.generated_ids);
+      w.put<std::uint8_t>(r.stopped ? 1 : 0);
+      w.put<std::int64_t>(r.vocab);
+      w.put_vector(r.step_logits);
+      w.put_vector(r.topk_ids);
+      w.put_vector(r.topk_logits);
+      w.put<double>(r.prefill_seconds);
+      w.put_vector(r.step_seconds);
+      w.put<std::int64_t>(r.batch_rows);
+      w.put<std::int64_t>(r.padded_length);
+    }
+    return w.take();
+  }
+
+  void finish_generate(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
+                       Provenance prov) {
+    const std::size_t n = prompts_.size();
+    std::vector<GenerationResult> res(n);
+    std::vector<char> seen(n, 0);
+    for (const auto& bytes : gathered) {
+      ByteReader r(bytes);
+      const auto count = r.get<std::uint64_t>();
+      for (std::uint64_t i = 0; i < count; ++i) {
+        GenerationResult g;
+        g.index = r.get<std::uint64_t>();
+        g.generated_ids = r.get_vector<std::int64_t>();
+        g.stopped = r.get<std::uint8_t>() != 0;
+        g.vocab = r.get<std::int64_t>();
+        g.step_logits = r.get_vector<float>();
+        g.topk_ids = r.get_vector<std::int64_t>();
+        g.topk_logits = r.get_vector<float>();
+        g.prefill_seconds = r.get<double>();
+        g.step_seconds = r.get_vector<double>();
+        g.batch_rows = r.get<std::int64_t>();
+        g.padded_length = r.get<std::int64_t>();
+        if (g.index >= n || seen[g.index]) throw std::runtime_error("gather: prompt index out of range or repeated");
+        seen[g.index] = 1;
+        res[g.index] = std::move(g);
+      }
+    }
+    if (std::count(seen.begin(), seen.end(), 0) != 0) throw std::runtime_error("gather: a prompt has no result");
+
+    std::vector<std::string> ids, texts, generated_text;
+    std::vector<std::vector<std::int64_t>> generated;
+    std::vector<std::int64_t> stopped, n_generated;
+    std::vector<double> prefill, first, mean_all, mean_next, min_next, max_next, std_next, item_seconds;
+    std::vector<std::int64_t> min_step, max_step;
+    std::vector<std::vector<double>> step_seconds;
+    std::vector<std::vector<float>> full_rows, topk_values;
+    std::vector<std::vector<std::int64_t>> topk_ids;
+    std::size_t total_new = 0, total_prompt = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& g = res[i];
+      ids.push_back(prompts_[i].id);
+      texts.push_back(prompts_[i].text);
+      generated.push_back(g.generated_ids);
+      generated_text.push_back(tokenizer_->decode(g.generated_ids, /*skip_special_tokens=*/true));
+      stopped.push_back(g.stopped ? 1 : 0);
+      n_generated.push_back(static_cast<std::int64_t>(g.generated_ids.size()));
+      total_new += g.generated_ids.size();
+      total_prompt += prompt_ids_[i].size();
+      const LatencySummary s = summarize_latencies(g.step_seconds);
+      prefill.push_back(g.prefill_seconds);
+      first.push_back(s.first_token);
+      mean_all.push_back(s.mean_all);
+      mean_next.push_back(s.mean_next);
+      min_next.push_back(s.min_next);
+      max_next.push_back(s.max_next);
+      std_next.push_back(s.std_next);
+      min_step.push_back(s.min_step);
+      max_step.push_back(s.max_step);
+      step_seconds.push_back(g.step_seconds);
+      item_seconds.push_back(std::accumulate(g.step_seconds.begin(), g.step_seconds.end(), 0.0) /
+                             static_cast<double>(std::max<std::int64_t>(1, g.batch_rows)));
+      full_rows.push_back(g.step_logits);
+      topk_values.push_back(g.topk_logits);
+      topk_ids.push_back(g.topk_ids);
+    }
+    for (double s : item_seconds) times.model_total += s;
+
+    H5Writer out(spec.output.path);
+    prov.end_time = utc_now_iso8601();
+    write_provenance(out, spec, prov);
+    write_sample_index(out, ids);
+    out.set_attr("/", "stop_token_ids", join_stop_ids(tokenizer_->stop_ids()));
+    out.set_attr("/", "pad_token_id", tokenizer_->pad_id());
+    out.write_strings("/samples/prompt", texts);
+    out.write_ragged("/samples/prompt_ids", prompt_ids_);
+    out.write("/samples/prompt_truncated", truncated_);
+    out.write_ragged("/generated/ids", generated);
+    out.write_strings("/generated/text", generated_text);
+    out.write("/generated/stopped", stopped);
+    const std::int64_t vocab = model_vocab(res);
+    if (spec.output.logits == LogitsMode::full) {
+      write_step_logits(out, "/logits/step_logits", full_rows, vocab);
+    } else if (spec.output.logits == LogitsMode::topk) {
+      write_step_logits(out, "/logits/topk/values", topk_values, spec.output.top_k);
+      std::vector<std::int64_t> flat;
+      for (const auto& v : topk_ids) flat.insert(flat.end(), v.begin(), v.end());
+      out.write("/logits/topk/indices", flat, {static_cast<std::int64_t>(total_new), spec.output.top_k});
+    }
+    if (spec.output.logits != LogitsMode::none) {
+      // rows of sample i are [step_offsets[i], step_offsets[i+1]) in the logits datasets
+      std::vector<std::uint64_t> offsets{0};
+      for (auto c : n_generated) offsets.push_back(offsets.back() + static_cast<std::uint64_t>(c));
+      out.write("/logits/step_offsets", offsets);
+    }
+    out.create_group("/metrics");
+    out.set_attr("/metrics", "n_prompts", static_cast<std::int64_t>(n));
+    out.set_attr("/metrics", "prompt_tokens", static_cast<std::int64_t>(total_prompt));
+    out.set_attr("/metrics", "generated_tokens", static_cast<std::int64_t>(total_new));
+    out.set_attr("/metrics", "stopped_at_eos", static_cast<std::int64_t>(std::count(stopped.begin(), stopped.end(), 1)));
+    out.write("/timing/prefill_seconds", prefill);
+    out.write("/timing/first_token_seconds", first);
+    out.write("/timing/mean_token_seconds", mean_all);
+    out.write("/timing/mean_next_token_seconds", mean_next);
+    out.write("/timing/min_next_token_seconds", min_next);
+    out.write("/timing/max_next_token_seconds", max_next);
+    out.write("/timing/min_next_token_step", min_step);
+    out.write("/timing/max_next_token_step", max_step);
+    out.write("/timing/std_next_token_seconds", std_next);
+    std::vector<std::vector<float>> steps_f;
+    for (const auto& v : step_seconds) steps_f.emplace_back(v.begin(), v.end());
+    out.write_ragged("/timing/step_seconds", steps_f);
+    write_timing(out, times, item_seconds, n, total_new, n);
+    out.commit();
+    log().info("generate: {} prompts, {} new tokens ({} stopped at EOS)", n, total_new,
+               std::count(stopped.begin(), stopped.end(), 1));
+  }
+
+  static std::int64_t model_vocab(const std::vector<GenerationResult>& res) {
+    for (const auto& r : res) {
+      if (r.vocab > 0) return r.vocab;
+    }
+    return 0;
+  }
+
+  // --- perplexity ---------------------------------------------------------------------------------
+  PreparedWork prepare_perplexity(const RunSpec& spec, int ranks) {
+    const std::string text = read_file(spec.task.dataset);
+    if (text.empty()) throw InputError(spec.task.dataset, "the corpus is empty");
+    tokens_ = tokenizer_->encode(text);
+    context_ = spec.task.context_length;
+    if (context_ == 0) {
+      context_ = static_cast<int>(LlamaConfig::from_json_file(spec.model.path + "/config.json").max_position_embeddings);
+    }
+    if (context_ < 2) throw InputError(spec.config_path, "task.context_length must be at least 2");
+    if (spec.task.stride > context_) {
+      throw InputError(spec.config_path, "task.stride (" + std::to_string(spec.task.stride) +
+                                             ") exceeds the context length (" + std::to_string(context_) + ")");
+    }
+    all_windows_ = make_perplexity_windows(static_cast<std::int64_t>(tokens_.size()), context_, spec.task.stride);
+    std::vector<std::int64_t> cost;
+    for (const auto& w : all_windows_) cost.push_back(w.end - w.begin);
+    PreparedWork work;
+    for (const auto& shard : balanced_shards(cost, ranks)) {
+      ByteWriter b;
+      b.put<std::uint64_t>(shard.size());
+      for (std::size_t i : shard) {
+        b.put<std::uint64_t>(all_windows_[i].index);
+        b.put<std::int64_t>(all_windows_[i].begin);
+        b.put<std::int64_t>(all_windows_[i].end);
+        b.put<std::int64_t>(all_windows_[i].score_from);
+      }
+      work.shards.push_back(b.take());
+    }
+    ByteWriter shared;
+    shared.put_vector(tokens_);
+    shared.put<std::int64_t>(context_);
+    work.shared = shared.take();
+    work.samples = 1;
+    work.items = all_windows_.size();
+    log().info("perplexity: {} tokens in {} windows of {} (stride {})", tokens_.size(), all_windows_.size(), context_,
+               spec.task.stride == 0 ? context_ : spec.task.stride);
+    return work;
+  }
+
+  std::string run_perplexity(const RunSpec& spec, bool report_progress) {
+    PerplexityOptions o;
+    o.context_length = context_;
+    o.stride = spec.task.stride;
+    o.batch_size = spec.task.batch_size;
+    o.keep_logits = keep_logits(spec);
+    Progress progress("windows");
+    if (report_progress) o.progress = std::ref(progress);
+    auto scores = score_perplexity_windows(*model_, tokens_, windows_, o);
+    ByteWriter w;
+    w.put<std::uint64_t>(scores.size());
+    for (const auto& s : scores) {
+      w.put<std::uint64_t>(s.index);
+      w.put_vector(s.positions);
+      w.put_vector(s.log_probs);
+      w.put<std::int64_t>(s.vocab);
+      w.put_vector(s.logits);
+      w.put_vector(s.topk_ids);
+      w.put_vector(s.topk_logits);
+      w.put<double>(s.seconds);
+    }
+    return w.take();
+  }
+
+  void finish_perplexity(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
+                         Provenance prov) {
+    const std::size_t nw = all_windows_.size();
+    std::vector<WindowScores> by_window(nw);
+    std::vector<char> seen(nw, 0);
+    for (const auto& bytes : gathered) {
+      ByteReader r(bytes);
+      const auto count = r.get<std::uint64_t>();
+      for (std::uint64_t i = 0; i < count; ++i) {
+        WindowScores s;
+        s.index = r.get<std::uint64_t>();
+        s.positions = r.get_vector<std::int64_t>();
+        s.log_probs = r.get_vector<double>();
+        s.vocab = r.get<std::int64_t>();
+        s.logits = r.get_vector<float>();
+        s.topk_ids = r.get_vector<std::int64_t>();
+        s.topk_logits = r.get_vector<float>();
+        s.seconds = r.get<double>();
+        if (s.index >= nw || seen[s.index]) throw std::runtime_error("gather: window index out of range or repeated");
+        seen[s.index] = 1;
+        by_window[s.index] = std::move(s);
+      }
+    }
+    if (std::count(seen.begin(), seen.end(), 0) != 0) throw std::runtime_error("gather: a window has no result");
+    // windows are in stream order and score disjoint ranges, so concatenation is position order
+    std::vector<std::int64_t> positions, topk_ids;
+    std::vector<double> log_probs, item_seconds;
+    std::vector<float> logits, topk_logits;
+    std::int64_t vocab = 0;
+    for (const auto& s : by_window) {
+      positions.insert(positions.end(), s.positions.begin(), s.positions.end());
+      log_probs.insert(log_probs.end(), s.log_probs.begin(), s.log_probs.end());
+      logits.insert(logits.end(), s.logits.begin(), s.logits.end());
+      topk_ids.insert(topk_ids.end(), s.topk_ids.begin(), s.topk_ids.end());
+      topk_logits.insert(topk_logits.end(), s.topk_logits.begin(), s.topk_logits.end());
+      item_seconds.push_back(s.seconds);
+      if (s.vocab > 0) vocab = s.vocab;
+    }
+    for (double s : item_seconds) times.model_total += s;
+    const PerplexitySummary sum = summarize_perplexity(log_probs);
+    const auto scored = static_cast<std::int64_t>(positions.size());
+
+    H5Writer out(spec.output.path);
+    prov.end_time = utc_now_iso8601();
+    write_provenance(out, spec, prov);
+    write_sample_index(out, {spec.task.dataset});
+    out.write("/tokens/ids", tokens_);
+    std::vector<std::int64_t> wb, we, ws;
+    for (const auto& w : all_windows_) {
+      wb.push_back(w.begin);
+      we.push_back(w.end);
+      ws.push_back(w.score_from);
+    }
+    out.write("/windows/begin", wb);
+    out.write("/windows/end", we);
+    out.write("/windows/score_from", ws);
+    out.write("/scores/position", positions);
+    out.write("/scores/log_prob", log_probs);
+    if (spec.output.logits == LogitsMode::full) {
+      out.write("/logits/full", logits, {scored, vocab}, /*row_chunk=*/4);
+    } else if (spec.output.logits == LogitsMode::topk) {
+      out.write("/logits/topk/values", topk_logits, {scored, spec.output.top_k});
+      out.write("/logits/topk/indices", topk_ids, {scored, spec.output.top_k});
+    }
+    out.create_group("/metrics");
+    out.set_attr("/metrics", "perplexity", sum.perplexity);
+    out.set_attr("/metrics", "perplexity_stderr", sum.perplexity_stderr);
+    out.set_attr("/metrics", "mean_nll", sum.mean_nll);
+    out.set_attr("/metrics", "n_scored_tokens", sum.n_scored);
+    out.set_attr("/metrics", "n_tokens", static_cast<std::int64_t>(tokens_.size()));
+    out.set_attr("/metrics", "n_windows", static_cast<std::int64_t>(nw));
+    out.set_attr("/metrics", "context_length", static_cast<std::int64_t>(context_));
+    out.set_attr("/metrics", "stride", static_cast<std::int64_t>(spec.task.stride == 0 ? context_ : spec.task.stride));
+    write_timing(out, times, item_seconds, nw, tokens_.size(), 1);
+    out.commit();
+    log().info("perplexity: {:.4f} ± {:.4f} over {} tokens ({} windows)", sum.perplexity, sum.perplexity_stderr,
+               sum.n_scored, nw);
+  }
+
+  // rank 0
+  std::optional<DecoderTokenizer> tokenizer_;
+  std::vector<Prompt> prompts_;
+  std::vector<std::vector<std::int64_t>> prompt_ids_;
+  std::vector<std::int64_t> truncated_;
+  std::vector<PerplexityWindow> all_windows_;
+  // every rank
+  std::unique_ptr<DecoderModel> model_;
+  std::vector<GenerationItem> gen_items_;
+  std::vector<std::int64_t> stop_ids_;
+  std::int64_t pad_id_ = 0;
+  std::vector<std::int64_t> tokens_;  // perplexity: the whole stream
+  int context_ = 0;
+  std::vector<PerplexityWindow> windows_;
+};
+
+}  // namespace
+
+std::unique_ptr<TaskFlow> make_decoder_flow() { return std::make_unique<DecoderFlow>(); }
+
+}  // namespace evalrun

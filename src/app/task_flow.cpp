@@ -1,0 +1,79 @@
+#include "app/task_flow.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <limits>
+
+#include "common/logging.hpp"
+#include "common/sha256.hpp"
+#include "dist/sharding.hpp"
+
+namespace evalrun {
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+void Progress::operator()(std::size_t done, std::size_t total, double) {
+  if (seconds_since(last) < 5.0 && done != total) return;
+  last = Clock::now();
+  const double el = seconds_since(start);
+  const double rate = el > 0 ? static_cast<double>(done) / el : 0.0;
+  const double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0.0;
+  log().info("progress (rank 0 shard): {}/{} {}, {:.2f} {}/s, ETA {:.0f} s", done, total, unit, rate, unit, eta);
+}
+
+std::string tokenizer_dir(const RunSpec& spec) {
+  return spec.model.tokenizer.empty() ? spec.model.path : spec.model.tokenizer;
+}
+
+std::vector<std::vector<std::size_t>> balanced_shards(const std::vector<std::int64_t>& cost, int ranks) {
+  return shard_by_cost(cost, ranks);
+}
+
+void write_topk_rows(H5Writer& out, const std::string& group, const std::vector<std::vector<float>>& rows, int k) {
+  std::vector<float> values;
+  std::vector<std::int64_t> indices;
+  for (const auto& row : rows) {
+    std::vector<std::int64_t> order(row.size());
+    for (std::size_t i = 0; i < row.size(); ++i) order[i] = static_cast<std::int64_t>(i);
+    const std::size_t kk = std::min<std::size_t>(static_cast<std::size_t>(k), row.size());
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(kk), order.end(),
+                      [&](std::int64_t a, std::int64_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+    for (int j = 0; j < k; ++j) {
+      const bool have = static_cast<std::size_t>(j) < kk;
+      values.push_back(have ? row[order[j]] : -std::numeric_limits<float>::infinity());
+      indices.push_back(have ? order[j] : -1);
+    }
+  }
+  const auto n = static_cast<std::int64_t>(rows.size());
+  out.write(group + "/values", values, {n, k});
+  out.write(group + "/indices", indices, {n, k});
+}
+
+void write_timing(H5Writer& out, const RunTimes& t, const std::vector<double>& item_seconds, std::size_t items,
+                  std::size_t tokens, std::size_t samples) {
+  out.create_group("/timing");
+  out.set_attr("/timing", "wall_seconds", seconds_since(t.start));
+  out.set_attr("/timing", "prepare_seconds", t.prepare);
+  out.set_attr("/timing", "load_seconds", t.load);
+  out.set_attr("/timing", "inference_seconds", t.inference);
+  out.set_attr("/timing", "model_seconds_all_ranks", t.model_total);
+  out.write("/timing/feature_seconds", item_seconds);
+  const double s = t.inference > 0 ? t.inference : 1e-9;
+  out.set_attr("/metrics", "samples_per_second", static_cast<double>(samples) / s);
+  out.set_attr("/metrics", "features_per_second", static_cast<double>(items) / s);
+  out.set_attr("/metrics", "tokens_per_second", static_cast<double>(tokens) / s);
+}
+
+std::string checkpoint_sha256(const std::string& dir) {
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const auto name = e.path().filename().string();
+    if (e.is_regular_file() && (name == "config.json" || e.path().extension() == ".safetensors")) {
+      files.push_back(e.path());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  return sha256_files(files);
+}
+
+}  // namespace evalrun

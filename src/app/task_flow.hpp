@@ -1,0 +1,71 @@
+// One task's part in a run. run_command drives every flow through the same collective steps:
+//   rank 0: prepare() reads and tokenizes the data set and returns one work shard per rank
+//           (and optionally data every rank needs, e.g. a token stream);
+//   every rank: load() loads the model and checks its shard against it; run() runs the shard;
+//   rank 0: finish() gathers every rank's results, post-processes and writes the result file.
+// Shards and results travel as byte buffers (dist/serialize.hpp) so MPI knows nothing of tasks.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "app/result_file.hpp"
+#include "config/run_spec.hpp"
+#include "io/hdf5_file.hpp"
+
+namespace evalrun {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0);
+
+struct RunTimes {
+  double prepare = 0, load = 0, inference = 0, model_total = 0;
+  Clock::time_point start = Clock::now();
+};
+
+struct PreparedWork {
+  std::vector<std::string> shards;  // one per rank
+  std::string shared;               // broadcast to every rank ("" when not needed)
+  std::size_t samples = 0, items = 0;
+};
+
+class TaskFlow {
+ public:
+  virtual ~TaskFlow() = default;
+  virtual PreparedWork prepare(const RunSpec& spec, int ranks) = 0;                    // rank 0
+  virtual void load(const RunSpec& spec, const std::string& shard, const std::string& shared,
+                    Provenance& provenance) = 0;                                         // every rank
+  virtual std::string run(const RunSpec& spec, bool report_progress) = 0;               // every rank
+  virtual void finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
+                      Provenance provenance) = 0;                                        // rank 0
+};
+
+std::unique_ptr<TaskFlow> make_encoder_flow();  // qa, mlm (RoBERTa)
+std::unique_ptr<TaskFlow> make_decoder_flow();  // generate, perplexity (Llama family)
+
+// --- helpers shared by the flows ------------------------------------------------------------------
+
+// Logs "progress (rank 0 shard): done/total <unit>, rate, ETA" at most every 5 s.
+struct Progress {
+  explicit Progress(std::string unit) : unit(std::move(unit)) {}
+  void operator()(std::size_t done, std::size_t total, double model_seconds);
+  std::string unit;
+  Clock::time_point start = Clock::now();
+  Clock::time_point last = Clock::now();
+};
+
+std::string tokenizer_dir(const RunSpec& spec);
+// sha256 over config.json and the *.safetensors files of a checkpoint directory.
+std::string checkpoint_sha256(const std::string& dir);
+// Throughput attributes on /metrics and the /timing group.
+void write_timing(H5Writer& out, const RunTimes& t, const std::vector<double>& item_seconds, std::size_t items,
+                  std::size_t tokens, std::size_t samples);
+// Best k of each row: `group`/values float32 [rows, k] and `group`/indices int64 [rows, k]
+// (-inf / -1 past a row's length); ties: lower index first.
+void write_topk_rows(H5Writer& out, const std::string& group, const std::vector<std::vector<float>>& rows, int k);
+// Serializes a scalar list of per-item costs into balanced shards of item positions.
+std::vector<std::vector<std::size_t>> balanced_shards(const std::vector<std::int64_t>& cost, int ranks);
+
+}  // namespace evalrun
