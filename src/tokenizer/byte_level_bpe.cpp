@@ -449,6 +449,26 @@ ByteLevelBPE ByteLevelBPE::from_dir(const std::string& dir) {
     if (type != "BPE") throw InputError(path + ": model.type", "only BPE tokenizers are supported, got '" + type + "'");
     if (!model.contains("vocab")) throw InputError(path + ": model.vocab", "missing");
     if (!model.contains("merges")) throw InputError(path + ": model.merges", "missing");
+    // Only GPT-2's byte-level pre-tokenization is implemented: a tokenizer.json that splits or normalizes
+    // text otherwise (Llama 3's Split pattern, a prefix space, a normalizer) would get other ids, so it is
+    // refused rather than silently mis-tokenized.
+    if (tokenizer_json.contains("normalizer") && !tokenizer_json["normalizer"].is_null()) {
+      throw InputError(path + ": normalizer", "tokenizer normalizers are not supported (only null)");
+    }
+    if (tokenizer_json.contains("pre_tokenizer") && !tokenizer_json["pre_tokenizer"].is_null()) {
+      const json& pre = tokenizer_json["pre_tokenizer"];
+      const std::string pre_type = pre.is_object() ? pre.value("type", std::string()) : std::string();
+      if (pre_type != "ByteLevel") {
+        throw InputError(path + ": pre_tokenizer",
+                         "only the GPT-2 \"ByteLevel\" pre-tokenizer is supported, got '" + pre_type + "'");
+      }
+      if (pre.value("add_prefix_space", false)) {
+        throw InputError(path + ": pre_tokenizer.add_prefix_space", "true is not supported");
+      }
+      if (!pre.value("use_regex", true)) {
+        throw InputError(path + ": pre_tokenizer.use_regex", "false is not supported");
+      }
+    }
     load_vocab_object(model["vocab"], path + ": model.vocab", *impl);
     install_merges(merges_from_json(model["merges"], path), *impl);
   } else {

@@ -180,6 +180,37 @@ TEST(ByteLevelBpe, TokenizerJsonMatchesVocabAndMerges) {
   }
 }
 
+// A tokenizer.json whose pre-tokenization is not GPT-2's (Llama 3's Split pattern, a prefix space, a
+// normalizer) would give other ids: refused, naming the field.
+TEST(ByteLevelBpe, TokenizerJsonWithOtherPreTokenizationIsRefused) {
+  nlohmann::json base;
+  base["model"] = {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}}}, {"merges", nlohmann::json::array()}};
+  struct Case {
+    const char* field;
+    nlohmann::json value;
+    const char* where;
+  };
+  const Case cases[] = {
+      {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", nlohmann::json::array()}}, "pre_tokenizer"},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", true}}, "pre_tokenizer.add_prefix_space"},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"use_regex", false}}, "pre_tokenizer.use_regex"},
+      {"normalizer", {{"type", "NFC"}}, "normalizer"},
+  };
+  for (const auto& c : cases) {
+    nlohmann::json tj = base;
+    tj[c.field] = c.value;
+    const fs::path dir = testing::make_temp_dir("tok-pre");
+    write(dir / "tokenizer.json", tj.dump());
+    try {
+      ByteLevelBPE::from_dir(dir.string());
+      ADD_FAILURE() << "accepted " << c.value.dump();
+    } catch (const InputError& e) {
+      EXPECT_NE(e.where().find(c.where), std::string::npos) << e.what();
+    }
+    fs::remove_all(dir);
+  }
+}
+
 // Small hand-made files for the error paths and the merge order.
 class TinyFiles : public ::testing::Test {
  protected:
