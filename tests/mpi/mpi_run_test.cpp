@@ -62,6 +62,7 @@ TEST_F(MpiRun, QaFileIndependentOfRanksBatchAndPadding) {
   const std::vector<std::string> others = {
       run("qa.toml", 2, "qa-n2-b3.h5", "--set task.batch_size=3"),
       run("qa.toml", 4, "qa-n4-b8.h5", "--set task.batch_size=8"),
+      run("qa.toml", 8, "qa-n8-b2.h5", "--set task.batch_size=2"),
       run("qa.toml", 2, "qa-n2-pad.h5", "--set task.batch_size=4 --set task.pad_to_max_length=true"),
   };
   H5Reader a(ref);
@@ -80,6 +81,7 @@ TEST_F(MpiRun, QaFileIndependentOfRanksBatchAndPadding) {
   }
   H5Reader four(others[1]);
   EXPECT_EQ(four.attr_int("/", "world_size"), 4);
+  EXPECT_EQ(H5Reader(others[2]).attr_int("/", "world_size"), 8);
 }
 
 TEST_F(MpiRun, MlmFileIndependentOfRanksAndBatch) {
