@@ -62,6 +62,47 @@ void write_step_logits(H5Writer& out, const std::string& path, const std::vector
   out.write(path, flat, {rows, row_len}, /*row_chunk=*/4);
 }
 
+// [validation] golden: the reference run's /generated/ids become each item's forced_ids. The file must
+// be a generate result over the same prompts, in the same order, tokenized to the same ids (so the
+// candidate is fed exactly what the reference saw); anything else is an InputError naming the sample.
+void attach_golden_tokens(const std::string& path, std::vector<GenerationItem>& items) {
+  H5Reader g(path);
+  if (!g.has_attr("/", "task") || g.attr_string("/", "task") != "generate") {
+    throw InputError(path, "validation.golden must be an evalrun generate result file (root attribute task = "
+                           "\"generate\")" +
+                               (g.has_attr("/", "task") ? ", this one is \"" + g.attr_string("/", "task") + "\"" : ""));
+  }
+  const auto ids = g.read_strings("/samples/id");
+  const auto prompt_ids = g.read_ragged_i64("/samples/prompt_ids");
+  const auto generated = g.read_ragged_i64("/generated/ids");
+  if (prompt_ids.size() != ids.size() || generated.size() != ids.size()) {
+    throw InputError(path, "/samples/id, /samples/prompt_ids and /generated/ids have different lengths");
+  }
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const std::string name = "prompt '" + items[i].id + "' (#" + std::to_string(i) + ")";
+    if (i >= ids.size()) {
+      throw InputError(path, name + " is not in the golden file (it has " + std::to_string(ids.size()) +
+                                 " samples, this run " + std::to_string(items.size()) + ")");
+    }
+    if (ids[i] != items[i].id) {
+      throw InputError(path, "sample #" + std::to_string(i) + " is '" + ids[i] + "' but this run's " + name +
+                                 " differs: the golden run must use the same prompts in the same order");
+    }
+    if (prompt_ids[i] != items[i].prompt_ids) {
+      throw InputError(path, "sample '" + ids[i] + "': its prompt token ids (" + std::to_string(prompt_ids[i].size()) +
+                                 " tokens) differ from this run's (" + std::to_string(items[i].prompt_ids.size()) +
+                                 " tokens): another prompt text, tokenizer or max_prompt_length");
+    }
+    if (generated[i].empty()) throw InputError(path, "sample '" + ids[i] + "' has no generated tokens to feed");
+    items[i].forced_ids = generated[i];
+  }
+  if (ids.size() > items.size()) {
+    throw InputError(path, "sample '" + ids[items.size()] + "' (#" + std::to_string(items.size()) +
+                               ") is not among this run's prompts (the golden file has " + std::to_string(ids.size()) +
+                               " samples, this run " + std::to_string(items.size()) + ")");
+  }
+}
+
 // ================================================================================================
 class DecoderFlow : public TaskFlow {
  public:
@@ -86,7 +127,12 @@ class DecoderFlow : public TaskFlow {
         it.id = r.get_string();
         it.prompt_ids = r.get_vector<std::int64_t>();
         it.truncated = r.get<std::uint8_t>() != 0;
+        if (r.get<std::uint8_t>() != 0) it.forced_ids = r.get_vector<std::int64_t>();
         check_ids_in_vocab(it.prompt_ids, cfg.vocab_size, spec.model.path, "prompt '" + it.id + "'");
+        if (it.forced_ids) {
+          check_ids_in_vocab(*it.forced_ids, cfg.vocab_size, spec.validation.golden,
+                             "golden tokens of prompt '" + it.id + "'");
+        }
       }
     } else {
       ByteReader s(shared);
@@ -138,7 +184,11 @@ class DecoderFlow : public TaskFlow {
     if (spec.task.max_samples > 0 && static_cast<std::size_t>(spec.task.max_samples) < prompts_.size()) {
       prompts_.resize(static_cast<std::size_t>(spec.task.max_samples));
     }
-    const auto items = prepare_generation_items(prompts_, *tokenizer_, generation_options(spec));
+    auto items = prepare_generation_items(prompts_, *tokenizer_, generation_options(spec));
+    if (!spec.validation.golden.empty()) {
+      attach_golden_tokens(spec.validation.golden, items);
+      log().info("generate: teacher forcing the generated tokens of {}", spec.validation.golden);
+    }
     prompt_ids_.clear();
     truncated_.clear();
     for (const auto& it : items) {
@@ -146,7 +196,10 @@ class DecoderFlow : public TaskFlow {
       truncated_.push_back(it.truncated ? 1 : 0);
     }
     std::vector<std::int64_t> cost;
-    for (const auto& it : items) cost.push_back(static_cast<std::int64_t>(it.prompt_ids.size()) + spec.task.max_new_tokens);
+    for (const auto& it : items) {
+      const auto steps = it.forced_ids ? static_cast<std::int64_t>(it.forced_ids->size()) : spec.task.max_new_tokens;
+      cost.push_back(static_cast<std::int64_t>(it.prompt_ids.size()) + steps);
+    }
     PreparedWork w;
     for (const auto& shard : balanced_shards(cost, ranks)) {
       ByteWriter b;
@@ -158,6 +211,8 @@ class DecoderFlow : public TaskFlow {
         b.put_string(items[i].id);
         b.put_vector(items[i].prompt_ids);
         b.put<std::uint8_t>(items[i].truncated ? 1 : 0);
+        b.put<std::uint8_t>(items[i].forced_ids ? 1 : 0);
+        if (items[i].forced_ids) b.put_vector(*items[i].forced_ids);
       }
       w.shards.push_back(b.take());
     }
@@ -177,6 +232,7 @@ class DecoderFlow : public TaskFlow {
     for (const auto& r : results) {
       w.put<std::uint64_t>(r.index);
       w.put_vector(r.generated_ids);
+      w.put_vector(r.own_ids);
       w.put<std::uint8_t>(r.stopped ? 1 : 0);
       w.put<std::int64_t>(r.vocab);
       w.put_vector(r.step_logits);
@@ -202,6 +258,7 @@ class DecoderFlow : public TaskFlow {
         GenerationResult g;
         g.index = r.get<std::uint64_t>();
         g.generated_ids = r.get_vector<std::int64_t>();
+        g.own_ids = r.get_vector<std::int64_t>();
         g.stopped = r.get<std::uint8_t>() != 0;
         g.vocab = r.get<std::int64_t>();
         g.step_logits = r.get_vector<float>();
@@ -219,7 +276,7 @@ class DecoderFlow : public TaskFlow {
     if (std::count(seen.begin(), seen.end(), 0) != 0) throw std::runtime_error("gather: a prompt has no result");
 
     std::vector<std::string> ids, texts, generated_text;
-    std::vector<std::vector<std::int64_t>> generated;
+    std::vector<std::vector<std::int64_t>> generated, own;
     std::vector<std::int64_t> stopped, n_generated;
     std::vector<double> prefill, first, mean_all, mean_next, min_next, max_next, std_next, item_seconds;
     std::vector<std::int64_t> min_step, max_step;
@@ -232,6 +289,7 @@ class DecoderFlow : public TaskFlow {
       ids.push_back(prompts_[i].id);
       texts.push_back(prompts_[i].text);
       generated.push_back(g.generated_ids);
+      own.push_back(g.own_ids);
       generated_text.push_back(tokenizer_->decode(g.generated_ids, /*skip_special_tokens=*/true));
       stopped.push_back(g.stopped ? 1 : 0);
       n_generated.push_back(static_cast<std::int64_t>(g.generated_ids.size()));
@@ -268,6 +326,12 @@ class DecoderFlow : public TaskFlow {
     out.write_ragged("/generated/ids", generated);
     out.write_strings("/generated/text", generated_text);
     out.write("/generated/stopped", stopped);
+    if (!spec.validation.golden.empty()) {
+      // /generated/ids holds the golden tokens that were fed; own_ids what this model would have chosen.
+      out.write_ragged("/generated/own_ids", own);
+      out.set_attr("/", "golden", spec.validation.golden);
+      out.set_attr("/", "teacher_forced", static_cast<std::int64_t>(1));
+    }
     const std::int64_t vocab = model_vocab(res);
     if (spec.output.logits == LogitsMode::full) {
       write_step_logits(out, "/logits/step_logits", full_rows, vocab);

@@ -1,4 +1,4 @@
-// evalrun command line: run (default), inspect, make-model, help-config.
+// evalrun command line: run (default), inspect, compare, make-model, help-config.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "app/compare_command.hpp"
 #include "app/inspect_command.hpp"
 #include "app/make_model_command.hpp"
 #include "app/run_command.hpp"
@@ -22,6 +23,7 @@ Usage:
   evalrun CONFIG.toml [--set section.key=value ...] [-v]   run (same as `evalrun run ...`)
   mpirun -n 4 evalrun CONFIG.toml                            the same on 4 data-parallel ranks
   evalrun inspect RESULT.h5                                  summary of a result file
+  evalrun compare REF.h5 CAND.h5 [--thresholds T.toml]       does CAND answer like REF? (exit 0 pass, 1 fail)
   evalrun make-model --head qa|mlm --preset tiny --out DIR   write a random Hugging Face checkpoint
   evalrun help-config                                        every config key, its type and default
   evalrun --version
@@ -75,6 +77,7 @@ int main(int argc, char** argv) {
   const std::string& cmd = args[0];
   try {
     if (cmd == "inspect") return evalrun::inspect_command(argc - 1, argv + 1);
+    if (cmd == "compare") return evalrun::compare_command(argc - 1, argv + 1);
     if (cmd == "make-model") return evalrun::make_model_command(argc - 1, argv + 1);
     if (cmd == "help-config") {
       std::fputs(evalrun::describe_config_keys().c_str(), stdout);

@@ -183,13 +183,17 @@ const std::vector<KeySpec>& key_specs() {
       {.section = "output", .key = "predictions_json", .kind = Kind::string, .applies = kQa, .default_note = "\"\" (not written)", .allowed_note = "file",
        .help = "qa only: also write predictions in the official SQuAD evaluation script's format",
        .apply = [](RunSpec& r, const Scalar& v) { r.output.predictions_json = v.s; }},
+      // [validation]
+      {.section = "validation", .key = "golden", .kind = Kind::string, .applies = kGenerate, .default_note = "\"\" (off)", .allowed_note = "file",
+       .help = "generate only: an evalrun generate result file; its /generated/ids are fed instead of this run's own tokens (teacher forcing) and this run's logits recorded at every step; its prompts must equal this run's",
+       .apply = [](RunSpec& r, const Scalar& v) { r.validation.golden = v.s; }, .check = check_not_empty},
   };
   // clang-format on
   return keys;
 }
 
 const std::vector<std::string>& section_names() {
-  static const std::vector<std::string> names = {"run", "model", "task", "parallel", "output"};
+  static const std::vector<std::string> names = {"run", "model", "task", "parallel", "output", "validation"};
   return names;
 }
 

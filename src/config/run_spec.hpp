@@ -70,6 +70,14 @@ struct OutputSection {
   std::string predictions_json;   // qa: also write predictions in the official SQuAD script's format
 };
 
+// Cross-implementation validation runs.
+struct ValidationSection {
+  // generate only: an evalrun generate result file whose generated tokens this run feeds instead of
+  // its own choices (teacher forcing), so its logits stay comparable position by position after the
+  // two runs' greedy choices diverge. "" = off (free generation).
+  std::string golden;
+};
+
 struct RunSpec {
   std::string config_path;  // where it came from (for messages)
   // The keys set in the file, with --set overrides applied, re-serialised as TOML (sections and keys in
@@ -80,6 +88,7 @@ struct RunSpec {
   TaskSection task;
   ParallelSection parallel;
   OutputSection output;
+  ValidationSection validation;
 };
 
 }  // namespace evalrun

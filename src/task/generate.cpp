@@ -92,6 +92,16 @@ std::vector<GenerationResult> run_generation(DecoderModel& model, const std::vec
                              std::to_string(vocab) + ")");
       }
     }
+    if (it.forced_ids) {
+      if (it.forced_ids->empty()) throw InputError("prompt '" + it.id + "'", "forced (reference) token ids are empty");
+      for (auto id : *it.forced_ids) {
+        if (id < 0 || id >= vocab) {
+          throw InputError("prompt '" + it.id + "'",
+                           "forced (reference) token id " + std::to_string(id) +
+                               " is outside the model's vocabulary (" + std::to_string(vocab) + ")");
+        }
+      }
+    }
     lengths.push_back(static_cast<std::int64_t>(it.prompt_ids.size()));
   }
   auto is_stop = [&](std::int64_t id) {
@@ -128,8 +138,15 @@ std::vector<GenerationResult> run_generation(DecoderModel& model, const std::vec
       }
     }
 
-    const std::int64_t max_new = options.max_new_tokens;
-    auto cache = model.new_cache(rows, padded + max_new);
+    // Steps of each row: max_new_tokens, or exactly its forced ids; the batch runs the longest.
+    std::vector<std::int64_t> row_steps(static_cast<std::size_t>(rows));
+    std::int64_t max_steps = 0;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const auto& forced = items[members[r]].forced_ids;
+      row_steps[r] = forced ? static_cast<std::int64_t>(forced->size()) : options.max_new_tokens;
+      max_steps = std::max(max_steps, row_steps[r]);
+    }
+    auto cache = model.new_cache(rows, padded + max_steps);
     std::vector<std::vector<std::int64_t>> generated(static_cast<std::size_t>(rows));
     std::vector<bool> finished(static_cast<std::size_t>(rows), false);
     std::vector<double> step_seconds;
@@ -137,7 +154,7 @@ std::vector<GenerationResult> run_generation(DecoderModel& model, const std::vec
     std::vector<std::int64_t> key_mask = prompt_mask;
     std::int64_t key_len = padded;
 
-    for (std::int64_t step = 0; step < max_new; ++step) {
+    for (std::int64_t step = 0; step < max_steps; ++step) {
       auto t0 = std::chrono::steady_clock::now();
       if (step == 0) {
         model.forward(ids.data(), pos.data(), key_mask.data(), rows, padded, *cache, false, logits);
@@ -165,13 +182,26 @@ std::vector<GenerationResult> run_generation(DecoderModel& model, const std::vec
           generated[r].push_back(generated[r].back());  // keeps the fed token defined; not reported
           continue;
         }
-        generated[r].push_back(chosen[r]);
+        const auto& forced = items[members[r]].forced_ids;
+        // What is fed back next step: the reference's token when forced, else the model's choice.
+        const std::int64_t fed = forced ? (*forced)[static_cast<std::size_t>(step)] : chosen[r];
+        generated[r].push_back(fed);
         auto& out = results[members[r]];
-        out.generated_ids.push_back(chosen[r]);
+        out.generated_ids.push_back(fed);
+        out.own_ids.push_back(chosen[r]);
         keep_step_logits(out, logits.data() + r * vocab, vocab, options.keep_logits);
-        if (is_stop(chosen[r])) {
+        const bool last = step + 1 == row_steps[r];
+        if (forced) {
+          // No early stop: the reference's length decides; a stop id at its end is reported.
+          if (last) {
+            finished[r] = true;
+            out.stopped = is_stop(fed);
+          }
+        } else if (is_stop(fed)) {
           finished[r] = true;
           out.stopped = true;
+        } else if (last) {
+          finished[r] = true;
         }
         all_done = all_done && finished[r];
       }

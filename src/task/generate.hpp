@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,12 @@ struct GenerationItem {
   std::string id;                       // prompt id, for messages and results
   std::vector<std::int64_t> prompt_ids; // tokenized (BOS per the tokenizer), truncated, NOT padded
   bool truncated = false;               // max_prompt_length cut it
+  // Teacher forcing ([validation] golden): a reference run's generated ids. When set, step t feeds
+  // forced_ids[t] instead of the model's argmax, so the logits stay comparable with the reference's at
+  // every position even after the greedy choices would have diverged. The row runs exactly
+  // forced_ids->size() steps: max_new_tokens does not apply to it and it never stops early at a stop
+  // id (the reference decided its length). Must not be empty.
+  std::optional<std::vector<std::int64_t>> forced_ids;
 };
 
 // Tokenizes the prompts (DecoderTokenizer::encode) and applies max_prompt_length / checks
@@ -60,8 +67,15 @@ std::vector<GenerationItem> prepare_generation_items(const std::vector<Prompt>& 
 
 struct GenerationResult {
   std::uint64_t index = 0;
-  std::vector<std::int64_t> generated_ids;  // new tokens only; ends with the stop id when stopped
-  bool stopped = false;                     // ended at a stop id (early termination on)
+  // New tokens only, i.e. what was fed back: the argmax, or forced_ids when forced. Ends with the stop
+  // id when stopped.
+  std::vector<std::int64_t> generated_ids;
+  // The model's own greedy choice (argmax of the kept logits) at each step, one per generated_ids
+  // entry; equal to generated_ids unless the row was forced.
+  std::vector<std::int64_t> own_ids;
+  // Ended at a stop id (early termination on). A forced row: its last fed token is a stop id (the
+  // reference stopped there).
+  bool stopped = false;
   std::int64_t vocab = 0;
   std::vector<float> step_logits;           // keep_logits -1: [generated_ids.size(), vocab]
   std::vector<std::int64_t> topk_ids;       // keep_logits k > 0: [generated_ids.size(), k]
@@ -79,7 +93,9 @@ struct GenerationResult {
 // stop_ids() (empty = never stop early). pad_id: the id written into pad positions (the tokenizer's
 // pad_id(); masked out, so any valid id gives the same result); it must be a valid id whenever a
 // batch needs padding (InputError otherwise). Finished rows of a batch keep being fed (their
-// outputs discarded) until the whole batch is done.
+// outputs discarded) until the whole batch is done. Forced items (forced_ids set) may share batches
+// with free ones; each row runs its own number of steps. Empty or out-of-vocabulary forced ids are an
+// InputError naming the prompt.
 std::vector<GenerationResult> run_generation(DecoderModel& model, const std::vector<GenerationItem>& items,
                                              const GenerationOptions& options,
                                              const std::vector<std::int64_t>& stop_ids, std::int64_t pad_id);

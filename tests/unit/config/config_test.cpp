@@ -76,6 +76,7 @@ void expect_same(const RunSpec& a, const RunSpec& b) {
   EXPECT_EQ(a.output.logits, b.output.logits);
   EXPECT_EQ(a.output.top_k, b.output.top_k);
   EXPECT_EQ(a.output.predictions_json, b.output.predictions_json);
+  EXPECT_EQ(a.validation.golden, b.validation.golden);
 }
 
 const std::string kFullQa = R"(# every key a QA run accepts
@@ -650,7 +651,8 @@ TEST(ConfigDescribe, ListsEveryKey) {
                           "output.path",
                           "output.logits",
                           "output.top_k",
-                          "output.predictions_json"})
+                          "output.predictions_json",
+                          "validation.golden"})
     EXPECT_HAS(t, std::string("| ") + key + " ");
   EXPECT_HAS(t, "fp32, bf16, fp16");
   EXPECT_HAS(t, "16..8192");
@@ -746,6 +748,44 @@ TEST(ConfigDecoder, PaddingAndWindowRules) {
       "context_length=64\nstride=128\n");
   EXPECT_HAS(m, "cfg.toml:9");
   EXPECT_HAS(m, "task.stride (128) must not exceed task.context_length (64)");
+}
+
+// --- [validation] -----------------------------------------------------------------------------
+
+TEST(ConfigValidation, GoldenIsOffByDefaultAndParsesOnGenerate) {
+  EXPECT_EQ(parse_run_spec(kGen + "dataset=\"p.jsonl\"\n", "cfg.toml").validation.golden, "");
+  auto spec = parse_run_spec(kGen + "dataset=\"p.jsonl\"\n[validation]\ngolden = \"results/ref.h5\"\n", "cfg.toml");
+  EXPECT_EQ(spec.validation.golden, "results/ref.h5");
+  // stored in config_text under its own section and parses back to the same spec
+  EXPECT_HAS(spec.config_text, "[validation]\ngolden = \"results/ref.h5\"\n");
+  auto again = parse_run_spec(spec.config_text, "again.toml");
+  EXPECT_EQ(again.validation.golden, "results/ref.h5");
+  // and as an override, creating the section
+  auto over = parse_run_spec(kGen + "dataset=\"p.jsonl\"\n", "cfg.toml", {"validation.golden=r.h5"});
+  EXPECT_EQ(over.validation.golden, "r.h5");
+}
+
+TEST(ConfigValidation, GoldenAppliesOnlyToGenerate) {
+  std::string m = error_of(kQa + "[validation]\ngolden = \"ref.h5\"\n");
+  EXPECT_HAS(m, "cfg.toml:9");
+  EXPECT_HAS(m, "validation.golden applies only to task.kind = \"generate\" (this run has task.kind = \"qa\")");
+  m = error_of(
+      "[run]\nname=\"p\"\n[model]\npath=\"m\"\n[task]\nkind=\"perplexity\"\ndataset=\"w.txt\"\n"
+      "[validation]\ngolden=\"ref.h5\"\n");
+  EXPECT_HAS(m, "validation.golden applies only to task.kind = \"generate\"");
+  m = error_of(kQa, {"validation.golden=ref.h5"});
+  EXPECT_HAS(m, "--set validation.golden");
+}
+
+TEST(ConfigValidation, GoldenMustBeANonEmptyStringAndKeysAreChecked) {
+  EXPECT_HAS(error_of(kGen + "dataset=\"p\"\n[validation]\ngolden = \"\"\n"), "validation.golden: must not be empty");
+  EXPECT_HAS(error_of(kGen + "dataset=\"p\"\n[validation]\ngolden = 3\n"), "expected a string, got an integer");
+  EXPECT_HAS(error_of(kGen + "dataset=\"p\"\n[validation]\ngoldn = \"r.h5\"\n"),
+             "unknown key 'validation.goldn' (did you mean 'validation.golden'?)");
+  // a key of [validation] written under [task] is pointed to its section
+  EXPECT_HAS(error_of(kGen + "dataset=\"p\"\ngolden = \"r.h5\"\n"), "did you mean 'validation.golden'?");
+  EXPECT_HAS(error_of(kGen + "dataset=\"p\"\n[validaton]\ngolden = \"r.h5\"\n"),
+             "unknown section [validaton] (did you mean [validation]?)");
 }
 
 }  // namespace evalrun

@@ -230,6 +230,118 @@ TEST_F(TinyLlama, RejectsBadOptionsAndIds) {
   EXPECT_THROW(run_generation(*model_, its, o, {}, /*pad_id=*/-1), InputError);  // padding needed, no pad id
 }
 
+// Teacher forcing: feeding a model its own greedy output must change nothing (logits within 1e-5).
+TEST_F(TinyLlama, ForcingOwnGreedyOutputReproducesFreeGeneration) {
+  const auto its = items();
+  const auto ref = run(its, full_run(3));
+  auto forced = its;
+  for (std::size_t i = 0; i < its.size(); ++i) forced[i].forced_ids = ref[i].generated_ids;
+  for (int batch : {1, 3, 8}) {
+    auto o = full_run(batch);
+    o.max_new_tokens = 2;  // ignored for forced rows: each runs its forced length
+    const auto got = run(forced, o);
+    for (std::size_t i = 0; i < its.size(); ++i) {
+      EXPECT_EQ(got[i].index, its[i].index);
+      EXPECT_EQ(got[i].generated_ids, ref[i].generated_ids) << "batch " << batch << " item " << i;
+      EXPECT_EQ(got[i].own_ids, ref[i].generated_ids) << "batch " << batch << " item " << i;
+      EXPECT_LE(max_abs_diff(got[i].step_logits, ref[i].step_logits), 1e-5f) << "batch " << batch << " item " << i;
+      EXPECT_EQ(got[i].step_seconds.size(), 12u);
+      EXPECT_FALSE(got[i].stopped);
+    }
+  }
+  // Free rows report own_ids == generated_ids too.
+  for (const auto& r : ref) EXPECT_EQ(r.own_ids, r.generated_ids);
+}
+
+// Forcing another sequence: what was fed is reported as generated_ids; own_ids are the model's
+// argmax at each forced position, and each step's logits are those of prompt + forced prefix.
+TEST_F(TinyLlama, ForcingAnotherSequenceKeepsOwnChoicesAndComparableLogits) {
+  const auto its = items();
+  const auto free = run(its, full_run(1));
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<std::int64_t> id(4, kVocab - 1);
+  auto forced = its;
+  for (std::size_t i = 0; i < its.size(); ++i) {
+    Ids f(3 + 2 * i);  // 3..17 tokens: some rows run past max_new_tokens, some stop before it
+    for (auto& x : f) x = id(rng);
+    forced[i].forced_ids = f;
+  }
+  // Half the rows free, in the same batches as forced ones.
+  for (std::size_t i = 1; i < its.size(); i += 2) forced[i].forced_ids.reset();
+  auto o = full_run(8);
+  o.max_new_tokens = 12;
+  const auto got = run(forced, o);
+  bool some_differ = false;
+  for (std::size_t i = 0; i < its.size(); ++i) {
+    SCOPED_TRACE("item " + std::to_string(i));
+    if (!forced[i].forced_ids) {  // free rows: unchanged by sharing a batch with longer forced rows
+      EXPECT_EQ(got[i].generated_ids, free[i].generated_ids);
+      EXPECT_LE(max_abs_diff(got[i].step_logits, free[i].step_logits), 1e-5f);
+      continue;
+    }
+    const Ids& f = *forced[i].forced_ids;
+    EXPECT_EQ(got[i].generated_ids, f);
+    ASSERT_EQ(got[i].own_ids.size(), f.size());
+    ASSERT_EQ(got[i].step_logits.size(), f.size() * kVocab);
+    EXPECT_EQ(got[i].step_seconds.size(), f.size());
+    EXPECT_EQ(got[i].own_ids[0], free[i].generated_ids[0]);  // the first step sees only the prompt
+    for (std::size_t s = 0; s < f.size(); ++s) {
+      const float* row = got[i].step_logits.data() + s * kVocab;
+      EXPECT_EQ(std::max_element(row, row + kVocab) - row, got[i].own_ids[s]) << "step " << s;
+      some_differ = some_differ || got[i].own_ids[s] != f[s];
+    }
+    // Step k's logits equal free generation's first step on prompt + f[0..k).
+    for (std::size_t k : {std::size_t{1}, f.size() - 1}) {
+      GenerationItem longer = its[i];
+      longer.prompt_ids.insert(longer.prompt_ids.end(), f.begin(), f.begin() + static_cast<std::ptrdiff_t>(k));
+      auto one = full_run(1);
+      one.max_new_tokens = 1;
+      const auto first = run({longer}, one);
+      const std::vector<float> expect_row(got[i].step_logits.begin() + static_cast<std::ptrdiff_t>(k * kVocab),
+                                          got[i].step_logits.begin() + static_cast<std::ptrdiff_t>((k + 1) * kVocab));
+      EXPECT_LE(max_abs_diff(first[0].step_logits, expect_row), 1e-5f) << "step " << k;
+      EXPECT_EQ(first[0].generated_ids[0], got[i].own_ids[k]) << "step " << k;
+    }
+  }
+  EXPECT_TRUE(some_differ) << "random forced ids agreed with every argmax";
+}
+
+// Forced rows never stop early; a stop id as the last forced token is reported as stopped.
+TEST_F(TinyLlama, ForcedRowsRunTheirWholeLengthPastStopIds) {
+  auto its = items();
+  its.resize(2);
+  const Ids f0 = {50, 60, 70, 60, 80};  // stop id 60 in the middle
+  const Ids f1 = {90, 91, 60};          // and at the end
+  its[0].forced_ids = f0;
+  its[1].forced_ids = f1;
+  auto o = full_run(2);
+  o.no_early_termination = false;
+  const auto got = run(its, o, {60});
+  EXPECT_EQ(got[0].generated_ids, f0);
+  EXPECT_FALSE(got[0].stopped);
+  EXPECT_EQ(got[1].generated_ids, f1);
+  EXPECT_TRUE(got[1].stopped);
+}
+
+TEST_F(TinyLlama, RejectsEmptyOrOutOfVocabularyForcedIds) {
+  auto its = items();
+  its[3].forced_ids = Ids{};
+  try {
+    run(its, full_run(2));
+    ADD_FAILURE() << "no error for empty forced ids";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'p3'"), std::string::npos) << e.what();
+  }
+  its[3].forced_ids = Ids{5, kVocab};
+  try {
+    run(its, full_run(2));
+    ADD_FAILURE() << "no error for an out-of-vocabulary forced id";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'p3'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(std::to_string(kVocab)), std::string::npos) << e.what();
+  }
+}
+
 TEST(LatencySummary, MatchesTheSeedsReport) {
   const auto s = summarize_latencies({0.5, 0.1, 0.3, 0.2});
   EXPECT_DOUBLE_EQ(s.first_token, 0.5);

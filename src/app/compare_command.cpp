@@ -1,0 +1,51 @@
+#include "app/compare_command.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "common/errors.hpp"
+#include "validate/compare.hpp"
+#include "validate/report.hpp"
+#include "validate/thresholds.hpp"
+
+namespace evalrun {
+namespace {
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) throw InputError(path, "cannot write the report");
+}
+
+}  // namespace
+
+int compare_command(int argc, char** argv) {
+  CLI::App app{"Check that a candidate result file answers like a reference one (same task and inputs: other "
+               "hardware, precision or build). Exit 0 when every threshold holds, 1 when one fails, 2 on bad input.\n\n"
+               "Thresholds (defaults; override any in a TOML file of [task] tables):\n" +
+                   describe_thresholds(),
+               "evalrun compare"};
+  std::string reference, candidate, thresholds_path, report, json;
+  app.add_option("reference", reference, "reference result file (.h5)")->required();
+  app.add_option("candidate", candidate, "candidate result file (.h5)")->required();
+  app.add_option("--thresholds", thresholds_path, "TOML file overriding thresholds, e.g. [qa] max_logit_diff = 1e-3");
+  app.add_option("--report", report, "write a Markdown report here");
+  app.add_option("--json", json, "write a JSON report here");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitBadInput;
+  }
+  const Thresholds thresholds = thresholds_path.empty() ? Thresholds() : Thresholds::load(thresholds_path);
+  const Comparison c = compare_results(reference, candidate, thresholds);
+  if (!report.empty()) write_text(report, render_markdown(c));
+  if (!json.empty()) write_text(json, render_json(c));
+  std::fputs(render_summary(c).c_str(), stdout);
+  return c.passed() ? kExitOk : kExitFailed;
+}
+
+}  // namespace evalrun

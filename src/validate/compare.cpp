@@ -1,0 +1,522 @@
+#include "validate/compare.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <numeric>
+
+#include "common/errors.hpp"
+#include "io/hdf5_file.hpp"
+#include "validate/divergence.hpp"
+
+namespace evalrun {
+
+bool Metric::passed() const {
+  if (max && !(value <= *max)) return false;
+  if (min && !(value >= *min)) return false;
+  return true;
+}
+
+bool Comparison::passed() const { return failed_metrics().empty(); }
+
+std::vector<std::string> Comparison::failed_metrics() const {
+  std::vector<std::string> out;
+  for (const auto& m : metrics)
+    if (!m.passed()) out.push_back(m.name);
+  return out;
+}
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr std::size_t kTopK = 20;
+
+std::string fmt(double v, const char* f = "%.6g") {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// --- building the comparison ------------------------------------------------------------------------
+
+struct Builder {
+  Comparison& c;
+  const Thresholds& t;
+  void info(const std::string& name, double value, const std::string& meaning) {
+    c.metrics.push_back({name, value, std::nullopt, std::nullopt, meaning});
+  }
+  // A metric checked against threshold `key` of the task (its spec says whether it is a min or a max).
+  void check(const std::string& name, double value, const std::string& key) {
+    Metric m{name, value, std::nullopt, std::nullopt, ""};
+    for (const auto& s : threshold_specs())
+      if (s.task == c.task && s.key == key) {
+        m.meaning = s.meaning;
+        (s.is_minimum ? m.min : m.max) = t.get(c.task, key);
+      }
+    c.metrics.push_back(m);
+  }
+  void note(const std::string& s) { c.notes.push_back(s); }
+};
+
+// --- compatibility ----------------------------------------------------------------------------------
+
+void require_result_file(const H5Reader& f) {
+  if (!f.has_attr("/", "format_version") || !f.has_attr("/", "task"))
+    throw InputError(f.path(), "not an evalrun result file (no format_version / task attribute)");
+}
+
+void require(const H5Reader& f, const std::string& object, const std::string& why) {
+  if (!f.exists(object)) throw InputError(f.path() + ": " + object, "missing; " + why);
+}
+
+void require_same_ids(const H5Reader& ref, const H5Reader& cand, const std::vector<std::string>& ids) {
+  const auto other = cand.read_strings("/samples/id");
+  const std::size_t n = std::min(ids.size(), other.size());
+  for (std::size_t i = 0; i < n; ++i)
+    if (ids[i] != other[i])
+      throw InputError(cand.path() + ": /samples/id",
+                       "sample " + std::to_string(i) + " is '" + other[i] + "' where the reference " + ref.path() +
+                           " has '" + ids[i] + "'; both files must hold the same samples in the same order");
+  if (ids.size() != other.size()) {
+    const bool ref_longer = ids.size() > other.size();
+    throw InputError(cand.path() + ": /samples/id",
+                     std::to_string(other.size()) + " samples, the reference has " + std::to_string(ids.size()) +
+                         "; first unmatched sample '" + (ref_longer ? ids[n] : other[n]) + "'");
+  }
+}
+
+// Ragged input ids per row; `sample_of_row` maps a row to its sample (qa features), identity otherwise.
+void require_same_inputs(const H5Reader& ref, const H5Reader& cand, const std::string& group,
+                         const std::vector<std::string>& ids, const std::vector<std::uint64_t>& sample_of_row) {
+  require(ref, group, "the reference has no input ids to check");
+  require(cand, group, "the candidate has no input ids to check");
+  const auto a = ref.read_ragged_i64(group), b = cand.read_ragged_i64(group);
+  auto name = [&](std::size_t row) {
+    const std::size_t s = row < sample_of_row.size() ? sample_of_row[row] : row;
+    return s < ids.size() ? ids[s] : std::to_string(s);
+  };
+  for (std::size_t r = 0; r < std::min(a.size(), b.size()); ++r)
+    if (a[r] != b[r]) {
+      const auto p = common_prefix(a[r], b[r]);
+      throw InputError(cand.path() + ": " + group,
+                       "sample '" + name(r) + "' was given other input ids than in the reference (first difference at "
+                       "token " + std::to_string(p) + "); compare runs of the same inputs and tokenizer");
+    }
+  if (a.size() != b.size())
+    throw InputError(cand.path() + ": " + group,
+                     std::to_string(b.size()) + " rows, the reference has " + std::to_string(a.size()) +
+                         " (first unmatched: sample '" + name(std::min(a.size(), b.size())) + "')");
+}
+
+// --- logits -----------------------------------------------------------------------------------------
+
+// Logits rows as stored: whole rows [S, V] or top-k [S, k] with their ids.
+struct LogitRows {
+  bool full = false;
+  std::int64_t rows = 0, cols = 0;
+  std::vector<float> values;
+  std::vector<std::int64_t> ids;  // top-k only
+  bool present() const { return rows > 0 && cols > 0; }
+
+  // (id, logit) of the best min(k, available) entries, best first.
+  std::vector<std::pair<std::int64_t, float>> top(std::int64_t row, std::size_t k) const {
+    std::vector<std::pair<std::int64_t, float>> out;
+    const float* v = values.data() + row * cols;
+    for (std::int64_t j = 0; j < cols; ++j) {
+      const std::int64_t id = full ? j : ids[row * cols + j];
+      if (id >= 0 && std::isfinite(v[j])) out.emplace_back(id, v[j]);
+    }
+    k = std::min(k, out.size());
+    std::partial_sort(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(k), out.end(),
+                      [](const auto& a, const auto& b) { return a.second > b.second || (a.second == b.second && a.first < b.first); });
+    out.resize(k);
+    return out;
+  }
+  std::optional<float> at(std::int64_t row, std::int64_t id) const {
+    if (full) return id >= 0 && id < cols ? std::optional<float>(values[row * cols + id]) : std::nullopt;
+    for (std::int64_t j = 0; j < cols; ++j)
+      if (ids[row * cols + j] == id && std::isfinite(values[row * cols + j])) return values[row * cols + j];
+    return std::nullopt;
+  }
+  std::int64_t argmax(std::int64_t row) const {
+    auto t = top(row, 1);
+    return t.empty() ? -1 : t[0].first;
+  }
+};
+
+LogitRows load_logits(const H5Reader& f, const std::string& full_path, const std::string& topk_group) {
+  LogitRows l;
+  if (f.exists(full_path)) {
+    const auto s = f.shape(full_path);
+    if (s.size() != 2) throw InputError(f.path() + ": " + full_path, "expected a 2-D dataset");
+    l.full = true;
+    l.rows = s[0];
+    l.cols = s[1];
+    l.values = f.read_f32(full_path);
+  } else if (f.exists(topk_group + "/values") && f.exists(topk_group + "/indices")) {
+    const auto s = f.shape(topk_group + "/values");
+    if (s.size() != 2 || f.shape(topk_group + "/indices") != s)
+      throw InputError(f.path() + ": " + topk_group, "values and indices must be 2-D of the same shape");
+    l.rows = s[0];
+    l.cols = s[1];
+    l.values = f.read_f32(topk_group + "/values");
+    l.ids = f.read_i64(topk_group + "/indices");
+  }
+  return l;
+}
+
+// Reference top-k ids of `row` and both files' logits at the ids present in both (top-k candidates may
+// lack some). Returns false when none is shared.
+bool restricted_logits(const LogitRows& ref, std::int64_t ref_row, const LogitRows& cand, std::int64_t cand_row,
+                       std::size_t k, std::vector<double>& r, std::vector<double>& c) {
+  r.clear();
+  c.clear();
+  for (const auto& [id, v] : ref.top(ref_row, k)) {
+    const auto cv = cand.at(cand_row, id);
+    if (!cv) continue;
+    r.push_back(v);
+    c.push_back(*cv);
+  }
+  return !r.empty();
+}
+
+// --- generate ---------------------------------------------------------------------------------------
+
+void compare_generate(const H5Reader& ref, const H5Reader& cand, const std::vector<std::string>& ids, Builder& b) {
+  require_same_inputs(ref, cand, "/samples/prompt_ids", ids, {});
+  require(ref, "/generated/ids", "a generate result has /generated/ids");
+  require(cand, "/generated/ids", "a generate result has /generated/ids");
+  const auto ga = ref.read_ragged_i64("/generated/ids"), gb = cand.read_ragged_i64("/generated/ids");
+  if (ga.size() != ids.size() || gb.size() != ids.size())
+    throw InputError(cand.path() + ": /generated/ids", "one row per sample expected");
+
+  const LogitRows la = load_logits(ref, "/logits/step_logits", "/logits/topk");
+  const LogitRows lb = load_logits(cand, "/logits/step_logits", "/logits/topk");
+  const bool level1 = la.present() && lb.present();
+  std::vector<std::uint64_t> oa, ob;
+  if (level1) {
+    oa = ref.read_u64("/logits/step_offsets");
+    ob = cand.read_u64("/logits/step_offsets");
+    if (oa.size() != ids.size() + 1 || ob.size() != ids.size() + 1)
+      throw InputError(cand.path() + ": /logits/step_offsets", "N+1 entries expected");
+  }
+  const double ce_limit = b.t.get("generate", "ce_per_token");
+  const double diff_limit = b.t.get("generate", "softmax_diff_per_token");
+
+  std::size_t mismatched = 0, total = 0, identical = 0, compared = 0, failed = 0, unshared = 0;
+  std::vector<double> ces, kls, diffs;
+  b.c.sample_columns = {"first divergence", "tokens ref/cand", "compared", "failing", "max CE-H", "max |dp|"};
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const auto p = common_prefix(ga[i], gb[i]);
+    const bool same = ga[i] == gb[i];
+    const std::size_t len = std::max(ga[i].size(), gb[i].size());
+    identical += same;
+    total += len;
+    mismatched += len - p;
+    SampleRow row{ids[i], {}, {}};
+    row.cells.push_back(same ? "-" : std::to_string(p));
+    row.cells.push_back(std::to_string(ga[i].size()) + "/" + std::to_string(gb[i].size()));
+    std::size_t n_cmp = 0, n_fail = 0;
+    double worst_kl = 0, worst_diff = 0;
+    if (level1) {
+      // Step t's logits chose token t from the same context as long as tokens < t agree: steps 0..p.
+      const std::size_t ra = oa[i + 1] - oa[i], rb = ob[i + 1] - ob[i];
+      const std::size_t steps = std::min({p + 1, ra, rb});
+      std::vector<double> r, c;
+      for (std::size_t s = 0; s < steps; ++s) {
+        ++n_cmp;
+        TokenDivergence d;
+        if (restricted_logits(la, static_cast<std::int64_t>(oa[i] + s), lb, static_cast<std::int64_t>(ob[i] + s),
+                              kTopK, r, c)) {
+          d = token_divergence(r, c);
+        } else {
+          ++unshared;
+          d = token_divergence({}, {});  // infinite: no shared id
+        }
+        ces.push_back(d.cross_entropy);
+        kls.push_back(d.kl);
+        diffs.push_back(d.mean_abs_prob_diff);
+        worst_kl = std::max(worst_kl, d.kl);
+        worst_diff = std::max(worst_diff, d.mean_abs_prob_diff);
+        if (!(d.kl <= ce_limit) || !(d.mean_abs_prob_diff <= diff_limit)) ++n_fail;
+      }
+    }
+    compared += n_cmp;
+    failed += n_fail;
+    row.cells.push_back(level1 ? std::to_string(n_cmp) : "-");
+    row.cells.push_back(level1 ? std::to_string(n_fail) : "-");
+    row.cells.push_back(level1 ? fmt(worst_kl) : "-");
+    row.cells.push_back(level1 ? fmt(worst_diff) : "-");
+    // worst: diverged earliest, then most failing tokens, then largest KL
+    row.badness = {same ? 0.0 : 2.0 - static_cast<double>(p) / static_cast<double>(len + 1),
+                   static_cast<double>(n_fail) * 1e6 + worst_kl};
+    b.c.rows.push_back(std::move(row));
+  }
+  b.check("token_mismatch_rate", total ? static_cast<double>(mismatched) / static_cast<double>(total) : 0.0,
+          "token_mismatch_rate");
+  b.info("identical_samples", ids.empty() ? 1.0 : static_cast<double>(identical) / static_cast<double>(ids.size()),
+         "share of prompts whose generated ids are identical");
+  if (!level1) {
+    if (la.present() || lb.present())
+      b.note(std::string("only level 0 (token equality): the ") + (la.present() ? "candidate" : "reference") +
+             " has no logits (output.logits = none)");
+    else
+      b.note("only level 0 (token equality): neither file has logits");
+    return;
+  }
+  b.note("level 1 over the reference's top-" + std::to_string(std::min<std::int64_t>(kTopK, la.cols)) +
+         " ids of each step, softmax over those ids in each file; steps are compared up to and including the first "
+         "divergence only (later steps saw different contexts; comparing them needs teacher forcing)");
+  if (!lb.full)
+    b.note("the candidate stores top-" + std::to_string(lb.cols) +
+           " logits: only reference top-k ids also present in the candidate's top-k are compared");
+  if (unshared > 0)
+    b.note(std::to_string(unshared) + " step(s) had no reference top-k id in the candidate's top-k (counted as failing)");
+  b.info("compared_tokens", static_cast<double>(compared), "steps compared at level 1");
+  b.info("ce_mean", mean(ces), "mean cross entropy -sum p_ref log p_cand over the top-k");
+  b.info("ce_excess_mean", mean(kls), "mean of CE - H(ref) (= KL over the top-k)");
+  b.info("ce_excess_max", kls.empty() ? 0.0 : *std::max_element(kls.begin(), kls.end()),
+         "largest per-token CE - H(ref); per-token limit generate.ce_per_token");
+  b.info("softmax_diff_mean", mean(diffs), "mean |p_ref - p_cand| over the top-k");
+  b.info("softmax_diff_max", diffs.empty() ? 0.0 : *std::max_element(diffs.begin(), diffs.end()),
+         "largest per-token mean |p_ref - p_cand|; per-token limit generate.softmax_diff_per_token");
+  b.check("failure_rate", compared ? static_cast<double>(failed) / static_cast<double>(compared) : 0.0, "failure_rate");
+}
+
+// --- qa ---------------------------------------------------------------------------------------------
+
+void compare_qa(const H5Reader& ref, const H5Reader& cand, const std::vector<std::string>& ids, Builder& b) {
+  require(ref, "/features/example_index", "a qa result has /features/example_index");
+  const auto example = ref.read_u64("/features/example_index");
+  require_same_inputs(ref, cand, "/features/input_ids", ids, example);
+  if (cand.read_u64("/features/example_index") != example)
+    throw InputError(cand.path() + ": /features/example_index", "features map to other questions than in the reference");
+
+  b.c.sample_columns = {"same answer", "max |logit diff|", "F1 ref", "F1 cand", "answer ref", "answer cand"};
+  const auto ta = ref.read_strings("/predictions/text"), tb = cand.read_strings("/predictions/text");
+  if (ta.size() != ids.size() || tb.size() != ids.size())
+    throw InputError(cand.path() + ": /predictions/text", "one answer per question expected");
+  std::vector<double> worst(ids.size(), 0.0);
+  const bool full = ref.exists("/logits/start_logits") && cand.exists("/logits/start_logits") &&
+                    ref.exists("/logits/end_logits") && cand.exists("/logits/end_logits");
+  if (full) {
+    double sum = 0, mx = 0;
+    std::size_t n = 0;
+    for (const char* g : {"/logits/start_logits", "/logits/end_logits"}) {
+      const auto a = ref.read_ragged_f32(g), c = cand.read_ragged_f32(g);
+      if (a.size() != c.size() || a.size() != example.size())
+        throw InputError(cand.path() + ": " + g, "one row per feature expected");
+      for (std::size_t f = 0; f < a.size(); ++f) {
+        if (a[f].size() != c[f].size())
+          throw InputError(cand.path() + ": " + g, "feature " + std::to_string(f) + " has another length than in the reference");
+        for (std::size_t j = 0; j < a[f].size(); ++j) {
+          const double d = std::fabs(static_cast<double>(a[f][j]) - c[f][j]);
+          sum += d;
+          mx = std::max(mx, d);
+          ++n;
+          if (example[f] < worst.size()) worst[example[f]] = std::max(worst[example[f]], d);
+        }
+      }
+    }
+    b.check("max_logit_diff", mx, "max_logit_diff");
+    b.check("mean_logit_diff", n ? sum / static_cast<double>(n) : 0.0, "mean_logit_diff");
+  } else {
+    b.note("start/end logit differences need output.logits = \"full\" in both files; not compared");
+  }
+  const double em_a = ref.attr_double("/metrics", "exact_match"), em_b = cand.attr_double("/metrics", "exact_match");
+  const double f1_a = ref.attr_double("/metrics", "f1"), f1_b = cand.attr_double("/metrics", "f1");
+  b.info("exact_match_ref", em_a, "reference exact match");
+  b.info("exact_match_cand", em_b, "candidate exact match");
+  b.check("em_delta", std::fabs(em_b - em_a), "em_delta");
+  b.info("f1_ref", f1_a, "reference F1");
+  b.info("f1_cand", f1_b, "candidate F1");
+  b.check("f1_delta", std::fabs(f1_b - f1_a), "f1_delta");
+  std::size_t same = 0;
+  std::vector<double> fa, fb;
+  if (ref.exists("/metrics/f1_per_question") && cand.exists("/metrics/f1_per_question")) {
+    fa = ref.read_f64("/metrics/f1_per_question");
+    fb = cand.read_f64("/metrics/f1_per_question");
+  }
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const bool eq = ta[i] == tb[i];
+    same += eq;
+    SampleRow row{ids[i], {}, {eq ? 0.0 : 1.0, worst[i]}};
+    row.cells = {eq ? "yes" : "NO", full ? fmt(worst[i]) : "-", i < fa.size() ? fmt(fa[i], "%.3f") : "-",
+                 i < fb.size() ? fmt(fb[i], "%.3f") : "-", ta[i], tb[i]};
+    b.c.rows.push_back(std::move(row));
+  }
+  b.check("answer_agreement", ids.empty() ? 1.0 : static_cast<double>(same) / static_cast<double>(ids.size()),
+          "answer_agreement_min");
+}
+
+// --- mlm --------------------------------------------------------------------------------------------
+
+void compare_mlm(const H5Reader& ref, const H5Reader& cand, const std::vector<std::string>& ids, Builder& b) {
+  require_same_inputs(ref, cand, "/samples/input_ids", ids, {});
+  const auto sample = ref.read_u64("/masks/sample_index");
+  const auto sa = ref.shape("/predictions/token_ids"), sb = cand.shape("/predictions/token_ids");
+  if (sa.size() != 2 || sb.size() != 2 || sa[0] != sb[0] || sa[0] != static_cast<std::int64_t>(sample.size()))
+    throw InputError(cand.path() + ": /predictions/token_ids", "expected [masks, k] with as many masks as the reference");
+  const auto pa = ref.read_i64("/predictions/token_ids"), pb = cand.read_i64("/predictions/token_ids");
+  const std::size_t m = sample.size();
+
+  std::vector<double> worst(ids.size(), 0.0);
+  std::vector<std::size_t> agree(ids.size(), 0), masks(ids.size(), 0);
+  const bool full = ref.exists("/logits/mask_logits") && cand.exists("/logits/mask_logits");
+  if (full) {
+    if (ref.shape("/logits/mask_logits") != cand.shape("/logits/mask_logits"))
+      throw InputError(cand.path() + ": /logits/mask_logits", "shape differs from the reference's");
+    const auto a = ref.read_f32("/logits/mask_logits"), c = cand.read_f32("/logits/mask_logits");
+    const std::size_t v = m ? a.size() / m : 0;
+    double sum = 0, mx = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const double d = std::fabs(static_cast<double>(a[i]) - c[i]);
+      sum += d;
+      mx = std::max(mx, d);
+      const std::size_t s = sample[i / v];
+      if (s < worst.size()) worst[s] = std::max(worst[s], d);
+    }
+    b.check("max_logit_diff", mx, "max_logit_diff");
+    b.check("mean_logit_diff", a.empty() ? 0.0 : sum / static_cast<double>(a.size()), "mean_logit_diff");
+  } else {
+    b.note("mask logit differences need output.logits = \"full\" in both files; not compared");
+  }
+  std::size_t same = 0;
+  for (std::size_t j = 0; j < m; ++j) {
+    const bool eq = pa[j * static_cast<std::size_t>(sa[1])] == pb[j * static_cast<std::size_t>(sb[1])];
+    same += eq;
+    if (sample[j] < ids.size()) {
+      agree[sample[j]] += eq;
+      ++masks[sample[j]];
+    }
+  }
+  b.check("top1_agreement", m ? static_cast<double>(same) / static_cast<double>(m) : 1.0, "top1_agreement_min");
+  if (ref.has_attr("/metrics", "accuracy") && cand.has_attr("/metrics", "accuracy")) {
+    const double a = ref.attr_double("/metrics", "accuracy"), c = cand.attr_double("/metrics", "accuracy");
+    b.info("accuracy_ref", a, "reference accuracy");
+    b.info("accuracy_cand", c, "candidate accuracy");
+    b.check("accuracy_delta", std::fabs(c - a), "accuracy_delta");
+  }
+  b.c.sample_columns = {"same top-1", "max |logit diff|"};
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    SampleRow row{ids[i], {}, {static_cast<double>(masks[i] - agree[i]), worst[i]}};
+    row.cells = {std::to_string(agree[i]) + "/" + std::to_string(masks[i]), full ? fmt(worst[i]) : "-"};
+    b.c.rows.push_back(std::move(row));
+  }
+}
+
+// --- perplexity -------------------------------------------------------------------------------------
+
+void compare_perplexity(const H5Reader& ref, const H5Reader& cand, const std::vector<std::string>& ids, Builder& b) {
+  for (const auto* f : {&ref, &cand}) require(*f, "/tokens/ids", "a perplexity result has /tokens/ids");
+  const auto ta = ref.read_i64("/tokens/ids"), tb = cand.read_i64("/tokens/ids");
+  if (ta != tb) {
+    const auto p = common_prefix(ta, tb);
+    throw InputError(cand.path() + ": /tokens/ids", "sample '" + (ids.empty() ? std::string("?") : ids[0]) +
+                                                        "' has other token ids than in the reference (first difference at "
+                                                        "position " + std::to_string(p) + ")");
+  }
+  const auto pos = ref.read_i64("/scores/position");
+  if (cand.read_i64("/scores/position") != pos)
+    throw InputError(cand.path() + ": /scores/position",
+                     "other tokens were scored than in the reference (context_length / stride differ?)");
+  const auto lpa = ref.read_f64("/scores/log_prob"), lpb = cand.read_f64("/scores/log_prob");
+  if (lpa.size() != pos.size() || lpb.size() != pos.size())
+    throw InputError(cand.path() + ": /scores/log_prob", "one value per scored position expected");
+
+  const double ppl_a = ref.attr_double("/metrics", "perplexity"), ppl_b = cand.attr_double("/metrics", "perplexity");
+  b.info("perplexity_ref", ppl_a, "reference perplexity");
+  b.info("perplexity_cand", ppl_b, "candidate perplexity");
+  Metric ratio{"perplexity_ratio", ppl_b / ppl_a, std::nullopt, std::nullopt, ""};
+  const double rmax = b.t.get("perplexity", "ratio_max");
+  ratio.max = rmax;
+  ratio.min = rmax > 0 ? 1.0 / rmax : 0.0;
+  ratio.meaning = "perplexity cand / ref, within [1/ratio_max, ratio_max]";
+  b.c.metrics.push_back(ratio);
+
+  std::vector<double> dlp(pos.size());
+  for (std::size_t i = 0; i < pos.size(); ++i) dlp[i] = std::fabs(lpb[i] - lpa[i]);
+  b.check("logprob_diff_mean", pos.empty() ? 0.0 : mean(dlp), "logprob_diff_mean");
+  b.check("logprob_diff_p99", pos.empty() ? 0.0 : percentile(dlp, 99), "logprob_diff_p99");
+
+  const LogitRows la = load_logits(ref, "/logits/full", "/logits/topk");
+  const LogitRows lb = load_logits(cand, "/logits/full", "/logits/topk");
+  const bool logits = la.present() && lb.present();
+  std::vector<double> kl(pos.size(), kNaN);
+  std::vector<char> same_top(pos.size(), 0);
+  if (logits) {
+    if (la.rows != static_cast<std::int64_t>(pos.size()) || lb.rows != la.rows)
+      throw InputError(cand.path() + ": /logits", "one logits row per scored token expected");
+    const bool both_full = la.full && lb.full && la.cols == lb.cols;
+    std::size_t agree = 0;
+    std::vector<double> r, c;
+    for (std::size_t i = 0; i < pos.size(); ++i) {
+      const auto row = static_cast<std::int64_t>(i);
+      if (both_full) {
+        r.assign(la.values.begin() + row * la.cols, la.values.begin() + (row + 1) * la.cols);
+        c.assign(lb.values.begin() + row * lb.cols, lb.values.begin() + (row + 1) * lb.cols);
+        kl[i] = token_divergence(r, c).kl;
+      } else {
+        // shared top-k: the reference's stored ids that the candidate also has (all of them when it is full)
+        kl[i] = restricted_logits(la, row, lb, row, static_cast<std::size_t>(la.cols), r, c)
+                    ? token_divergence(r, c).kl
+                    : std::numeric_limits<double>::infinity();
+      }
+      same_top[i] = la.argmax(row) == lb.argmax(row);
+      agree += same_top[i];
+    }
+    b.check("kl_mean", mean(kl), "kl_mean");
+    b.info("kl_median", percentile(kl, 50), "median per-token KL(ref || cand)");
+    b.check("kl_p99", percentile(kl, 99), "kl_p99");
+    b.check("top1_agreement", pos.empty() ? 1.0 : static_cast<double>(agree) / static_cast<double>(pos.size()),
+            "top1_agreement_min");
+    if (!both_full)
+      b.note("KL is over the shared top-k ids only (softmax over the ids both files store), not the whole vocabulary");
+  } else {
+    b.note("KL divergence and top-1 agreement need logits in both files (output.logits = \"full\" or \"topk\"); not compared");
+  }
+  b.c.rows_title = "tokens";
+  b.c.sample_columns = {"position", "token", "log_prob ref", "log_prob cand", "|diff|", "KL", "same top-1"};
+  for (std::size_t i = 0; i < pos.size(); ++i) {
+    const auto p = static_cast<std::size_t>(pos[i]);
+    SampleRow row{ids.empty() ? "" : ids[0], {}, {dlp[i], logits ? kl[i] : 0.0}};
+    row.cells = {std::to_string(pos[i]), p < ta.size() ? std::to_string(ta[p]) : "?", fmt(lpa[i]), fmt(lpb[i]),
+                 fmt(dlp[i]), logits ? fmt(kl[i]) : "-", logits ? (same_top[i] ? "yes" : "NO") : "-"};
+    b.c.rows.push_back(std::move(row));
+  }
+}
+
+}  // namespace
+
+Comparison compare_results(const std::string& reference, const std::string& candidate, const Thresholds& thresholds) {
+  H5Reader ref(reference), cand(candidate);
+  require_result_file(ref);
+  require_result_file(cand);
+  Comparison c;
+  c.reference = reference;
+  c.candidate = candidate;
+  c.thresholds_origin = thresholds.origin();
+  c.rows_title = "samples";
+  c.task = ref.attr_string("/", "task");
+  const std::string other_task = cand.attr_string("/", "task");
+  if (other_task != c.task)
+    throw InputError(candidate, "task '" + other_task + "' differs from the reference's '" + c.task + "' (" + reference + ")");
+  auto dtype = [](const H5Reader& f) { return f.has_attr("/", "dtype") ? f.attr_string("/", "dtype") : std::string("?"); };
+  c.reference_dtype = dtype(ref);
+  c.candidate_dtype = dtype(cand);
+  const auto ids = ref.read_strings("/samples/id");
+  require_same_ids(ref, cand, ids);
+  c.n_samples = ids.size();
+  Builder b{c, thresholds};
+  if (c.task == "generate") compare_generate(ref, cand, ids, b);
+  else if (c.task == "qa") compare_qa(ref, cand, ids, b);
+  else if (c.task == "mlm") compare_mlm(ref, cand, ids, b);
+  else if (c.task == "perplexity") compare_perplexity(ref, cand, ids, b);
+  else throw InputError(reference, "task '" + c.task + "' cannot be compared (known: generate, qa, mlm, perplexity)");
+  std::stable_sort(c.rows.begin(), c.rows.end(), [](const SampleRow& x, const SampleRow& y) { return x.badness > y.badness; });
+  return c;
+}
+
+}  // namespace evalrun
