@@ -1,4 +1,4 @@
-// evalrun command line: run (default), inspect, compare, make-model, help-config.
+// evalrun command line: run (default), inspect, compare, thresholds, batch, make-model, help-config.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -6,10 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "app/batch_command.hpp"
 #include "app/compare_command.hpp"
 #include "app/inspect_command.hpp"
 #include "app/make_model_command.hpp"
 #include "app/run_command.hpp"
+#include "app/thresholds_command.hpp"
 #include "common/errors.hpp"
 #include "common/logging.hpp"
 #include "config/config.hpp"
@@ -24,6 +26,8 @@ Usage:
   mpirun -n 4 evalrun CONFIG.toml                            the same on 4 data-parallel ranks
   evalrun inspect RESULT.h5                                  summary of a result file
   evalrun compare REF.h5 CAND.h5 [--thresholds T.toml]       does CAND answer like REF? (exit 0 pass, 1 fail)
+  evalrun thresholds REF.h5 RUN.h5... --out T.toml           derive thresholds from several runs' spread
+  evalrun batch JOBS.toml                                    run + compare a list of jobs, one summary table
   evalrun make-model --head qa|mlm --preset tiny --out DIR   write a random Hugging Face checkpoint
   evalrun help-config                                        every config key, its type and default
   evalrun --version
@@ -78,6 +82,8 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "inspect") return evalrun::inspect_command(argc - 1, argv + 1);
     if (cmd == "compare") return evalrun::compare_command(argc - 1, argv + 1);
+    if (cmd == "thresholds") return evalrun::thresholds_command(argc - 1, argv + 1);
+    if (cmd == "batch") return evalrun::batch_command(argc - 1, argv + 1);
     if (cmd == "make-model") return evalrun::make_model_command(argc - 1, argv + 1);
     if (cmd == "help-config") {
       std::fputs(evalrun::describe_config_keys().c_str(), stdout);

@@ -275,6 +275,8 @@ void compare_generate(const H5Reader& ref, const H5Reader& cand, const std::vect
   if (unshared > 0)
     b.note(std::to_string(unshared) + " step(s) had no reference top-k id in the candidate's top-k (counted as failing)");
   b.info("compared_tokens", static_cast<double>(compared), "steps compared at level 1");
+  b.c.per_token["ce_per_token"] = kls;
+  b.c.per_token["softmax_diff_per_token"] = diffs;
   b.info("ce_mean", mean(ces), "mean cross entropy -sum p_ref log p_cand over the top-k");
   b.info("ce_excess_mean", mean(kls), "mean of CE - H(ref) (= KL over the top-k)");
   b.info("ce_excess_max", kls.empty() ? 0.0 : *std::max_element(kls.begin(), kls.end()),

@@ -2,6 +2,7 @@
 // a reference one of the same task and inputs, metric by metric against thresholds.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -39,6 +40,9 @@ struct Comparison {
   std::string rows_title;          // "samples" or "tokens"
   std::vector<std::string> sample_columns;
   std::vector<SampleRow> rows;  // worst first
+  // Per-token values behind a per-token limit, keyed by threshold key (generate: ce_per_token,
+  // softmax_diff_per_token), so `evalrun thresholds` can derive limits from their distribution.
+  std::map<std::string, std::vector<double>> per_token;
   bool passed() const;
   std::vector<std::string> failed_metrics() const;
 };

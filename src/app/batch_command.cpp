@@ -1,0 +1,300 @@
+#include "app/batch_command.hpp"
+
+#include <CLI/CLI.hpp>
+#include <toml.hpp>
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/errors.hpp"
+#include "validate/compare.hpp"
+#include "validate/thresholds.hpp"
+
+extern char** environ;
+
+namespace evalrun {
+namespace fs = std::filesystem;
+namespace {
+
+std::string at(const std::string& path, const toml::value& v) {
+  const auto loc = v.location();
+  return loc.line() > 0 ? path + ":" + std::to_string(loc.line()) : path;
+}
+
+std::string keys_list(const std::vector<std::string>& keys) {
+  std::string out;
+  for (const auto& k : keys) out += (out.empty() ? "" : ", ") + k;
+  return out;
+}
+
+void check_keys(const std::string& path, const std::string& section, const toml::value& table,
+                const std::vector<std::string>& allowed) {
+  for (const auto& [key, v] : table.as_table())
+    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end())
+      throw InputError(at(path, v) + ": " + section + "." + key,
+                       "unknown key; [" + section + "] keys are " + keys_list(allowed));
+}
+
+std::string get_string(const std::string& path, const std::string& section, const toml::value& v, const std::string& key) {
+  if (!v.is_string()) throw InputError(at(path, v) + ": " + section + "." + key, "must be a string");
+  return v.as_string().str;
+}
+
+void require_file(const std::string& path, const std::string& section, const toml::value& v, const std::string& key,
+                  const std::string& file) {
+  if (!fs::is_regular_file(file))
+    throw InputError(at(path, v) + ": " + section + "." + key,
+                     "file '" + file + "' not found (paths are relative to the current directory)");
+}
+
+// Runs argv with stdout and stderr into `log`; returns the exit status (-1: killed by a signal).
+int spawn_and_wait(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = 0;
+  const int err = ::posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (err != 0) throw std::runtime_error("cannot start '" + args[0] + "': " + std::strerror(err));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) throw std::runtime_error("waitpid failed");
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string tail_of(const std::string& file, std::size_t max_lines) {
+  std::ifstream in(file);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  std::string out;
+  for (std::size_t i = lines.size() > max_lines ? lines.size() - max_lines : 0; i < lines.size(); ++i)
+    out += "    " + lines[i] + "\n";
+  return out;
+}
+
+std::string self_exe() {
+  std::error_code ec;
+  const auto p = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) throw std::runtime_error("cannot resolve /proc/self/exe: " + ec.message());
+  return p.string();
+}
+
+struct Row {
+  std::string run, task = "?", result, failing, seconds;
+  int status = kExitOk;  // this run's share of the exit status
+};
+
+std::string render_table(const std::vector<Row>& rows) {
+  const std::vector<std::string> head = {"run", "task", "result", "failing metrics", "seconds"};
+  std::vector<std::size_t> w(head.size());
+  for (std::size_t i = 0; i < head.size(); ++i) w[i] = head[i].size();
+  auto cells = [](const Row& r) { return std::vector<std::string>{r.run, r.task, r.result, r.failing, r.seconds}; };
+  for (const auto& r : rows) {
+    const auto c = cells(r);
+    for (std::size_t i = 0; i < c.size(); ++i) w[i] = std::max(w[i], c[i].size());
+  }
+  std::ostringstream out;
+  auto line = [&](const std::vector<std::string>& c) {
+    out << "|";
+    for (std::size_t i = 0; i < c.size(); ++i) out << " " << c[i] << std::string(w[i] - c[i].size(), ' ') << " |";
+    out << "\n";
+  };
+  line(head);
+  out << "|";
+  for (auto n : w) out << std::string(n + 2, '-') << "|";
+  out << "\n";
+  for (const auto& r : rows) line(cells(r));
+  return out.str();
+}
+
+}  // namespace
+
+BatchSpec load_batch_spec(const std::string& path) {
+  if (!fs::is_regular_file(path)) throw InputError(path, "jobs file not found");
+  toml::value root;
+  try {
+    root = toml::parse(path);
+  } catch (const toml::syntax_error& e) {
+    std::string first = e.what();
+    throw InputError(path + ":" + std::to_string(e.location().line()), "TOML syntax error: " + first.substr(0, first.find('\n')));
+  } catch (const std::exception& e) {
+    std::string first = e.what();
+    throw InputError(path, "cannot parse TOML: " + first.substr(0, first.find('\n')));
+  }
+  BatchSpec spec;
+  spec.name = fs::path(path).stem().string();
+  bool have_runs = false;
+  for (const auto& [section, v] : root.as_table()) {
+    if (section == "batch" && v.is_table()) {
+      check_keys(path, "batch", v, {"name", "ranks"});
+      for (const auto& [key, x] : v.as_table()) {
+        if (key == "name") {
+          spec.name = get_string(path, "batch", x, key);
+        } else {  // ranks
+          if (!x.is_integer() || x.as_integer() < 1 || x.as_integer() > 4096)
+            throw InputError(at(path, x) + ": batch.ranks", "must be an integer in 1..4096");
+          spec.ranks = static_cast<int>(x.as_integer());
+        }
+      }
+    } else if (section == "run" && v.is_array()) {
+      have_runs = true;
+      for (const auto& t : v.as_array()) {
+        if (!t.is_table()) throw InputError(at(path, t) + ": run", "must be an array of tables ([[run]])");
+        check_keys(path, "run", t, {"name", "config", "set", "reference", "thresholds"});
+        BatchRun r;
+        const auto& tab = t.as_table();
+        for (const char* req : {"config", "reference"})
+          if (tab.count(req) == 0)
+            throw InputError(at(path, t) + ": run." + req, "missing required key in [[run]] #" +
+                                                               std::to_string(spec.runs.size() + 1));
+        for (const auto& [key, x] : tab) {
+          if (key == "set") {
+            if (!x.is_array()) throw InputError(at(path, x) + ": run.set", "must be an array of \"section.key=value\" strings");
+            for (const auto& o : x.as_array()) {
+              const std::string s = get_string(path, "run", o, "set");
+              if (s.find('=') == std::string::npos)
+                throw InputError(at(path, o) + ": run.set", "'" + s + "' is not section.key=value");
+              r.overrides.push_back(s);
+            }
+            continue;
+          }
+          const std::string s = get_string(path, "run", x, key);
+          if (key == "name") r.name = s;
+          else if (key == "config") r.config = s;
+          else if (key == "reference") r.reference = s;
+          else r.thresholds = s;
+          if (key != "name") require_file(path, "run", x, key, s);
+          if (key == "thresholds") (void)Thresholds::load(s);  // its own file:line errors
+        }
+        if (r.name.empty()) {
+          r.name = fs::path(r.config).stem().string();
+          for (const auto& o : r.overrides) r.name += " " + o;
+        }
+        spec.runs.push_back(std::move(r));
+      }
+    } else {
+      throw InputError(at(path, v) + ": " + section,
+                       "unknown section; a jobs file has [batch] (name, ranks) and [[run]] tables");
+    }
+  }
+  if (!have_runs || spec.runs.empty()) throw InputError(path, "no [[run]] tables");
+  return spec;
+}
+
+int batch_command(int argc, char** argv) {
+  CLI::App app{"Run every [[run]] of a jobs file (config + overrides, under mpirun when [batch] ranks is set), "
+               "compare each result with its reference and print one summary table. Paths in the jobs file are "
+               "relative to the current directory. Exit 0 when every run passes, 1 when one fails, 2 on bad input.",
+               "evalrun batch"};
+  std::string jobs, keep;
+  app.add_option("jobs", jobs, "jobs TOML file: [batch] name, ranks; [[run]] config, set, reference, thresholds")->required();
+  app.add_option("--outputs", keep, "keep each run's result file in this directory (default: a temporary one, removed)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitBadInput;
+  }
+  const BatchSpec spec = load_batch_spec(jobs);
+  const std::string exe = self_exe();
+
+  fs::path dir;
+  if (keep.empty()) {
+    std::string tmpl = (fs::temp_directory_path() / "evalrun-batch-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("cannot create a temporary directory");
+    dir = tmpl;
+  } else {
+    dir = keep;
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (!fs::is_directory(dir)) throw InputError(keep, "cannot create the outputs directory");
+  }
+
+  std::vector<Row> rows;
+  for (std::size_t i = 0; i < spec.runs.size(); ++i) {
+    const BatchRun& run = spec.runs[i];
+    Row row;
+    row.run = run.name;
+    const std::string out = (dir / ("run" + std::to_string(i + 1) + ".h5")).string();
+    const std::string log = (dir / ("run" + std::to_string(i + 1) + ".log")).string();
+    std::vector<std::string> args;
+    if (spec.ranks > 0) {
+      args = {"mpirun", "-n", std::to_string(spec.ranks), "--bind-to", "none", "--oversubscribe"};
+      if (::geteuid() == 0) args.push_back("--allow-run-as-root");
+    }
+    args.push_back(exe);
+    args.push_back(run.config);
+    for (const auto& o : run.overrides) {
+      args.push_back("--set");
+      args.push_back(o);
+    }
+    args.push_back("--set");
+    args.push_back("output.path=" + out);
+    std::fprintf(stderr, "evalrun batch: [%zu/%zu] %s\n", i + 1, spec.runs.size(), run.name.c_str());
+    const auto t0 = std::chrono::steady_clock::now();
+    const int code = spawn_and_wait(args, log);
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.1f",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    row.seconds = secs;
+    if (code != 0) {
+      row.status = code == kExitBadInput ? kExitBadInput : kExitFailed;
+      row.result = code == kExitBadInput ? "BAD INPUT" : "RUN FAILED";
+      row.failing = "run exit " + std::to_string(code);
+      std::fprintf(stderr, "evalrun batch: run '%s' exited with %d; its last lines:\n%s", run.name.c_str(), code,
+                   tail_of(log, 10).c_str());
+    } else {
+      try {
+        const Thresholds t = run.thresholds.empty() ? Thresholds() : Thresholds::load(run.thresholds);
+        const Comparison c = compare_results(run.reference, out, t);
+        row.task = c.task;
+        row.result = c.passed() ? "PASS" : "FAIL";
+        row.status = c.passed() ? kExitOk : kExitFailed;
+        for (const auto& m : c.failed_metrics()) row.failing += (row.failing.empty() ? "" : ", ") + m;
+      } catch (const InputError& e) {
+        row.status = kExitBadInput;
+        row.result = "CANNOT COMPARE";
+        row.failing = e.what();
+      }
+    }
+    if (row.failing.empty()) row.failing = "-";
+    rows.push_back(std::move(row));
+  }
+  if (keep.empty()) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+
+  int status = kExitOk;
+  std::string failed;
+  for (const auto& r : rows) {
+    if (r.status == kExitBadInput) status = kExitBadInput;
+    else if (r.status == kExitFailed && status == kExitOk) status = kExitFailed;
+    if (r.status != kExitOk) failed += (failed.empty() ? "" : ", ") + r.run;
+  }
+  std::printf("batch %s: %zu run(s)%s\n%s", spec.name.c_str(), rows.size(),
+              spec.ranks > 0 ? (" on " + std::to_string(spec.ranks) + " ranks each").c_str() : "",
+              render_table(rows).c_str());
+  std::printf("RESULT: %s\n", status == kExitOk ? "PASS" : ("FAIL (" + failed + ")").c_str());
+  return status;
+}
+
+}  // namespace evalrun
