@@ -4,36 +4,14 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <string>
 
 #include "common/errors.hpp"
-#include "common/text.hpp"
 #include "model/make_model.hpp"
 #include "tokenizer/tiny_bpe.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace evalrun {
-namespace {
-
-// The decoder presets' config.json names Llama's usual ids (bos 1, eos 2); the learned tokenizer has
-// its own (<s> 0, <pad> 1, </s> 2). Make config.json and generation_config.json agree with it, as a
-// real checkpoint's files agree with each other.
-void align_special_ids(const std::string& dir, const ByteLevelBPE& tokenizer) {
-  const auto& sp = tokenizer.special();
-  const std::string config_path = dir + "/config.json";
-  auto config = nlohmann::json::parse(read_file(config_path));
-  config["bos_token_id"] = sp.bos;
-  config["eos_token_id"] = sp.eos;
-  config["pad_token_id"] = sp.pad;
-  std::ofstream(config_path) << config.dump(2) << "\n";
-  nlohmann::json generation = {{"bos_token_id", sp.bos}, {"eos_token_id", sp.eos}, {"pad_token_id", sp.pad}};
-  std::ofstream(dir + "/generation_config.json") << generation.dump(2) << "\n";
-}
-
-}  // namespace
-
 int make_model_command(int argc, char** argv) {
   CLI::App app{"Write a deterministic random checkpoint in Hugging Face format (config.json,\n"
                "model.safetensors, tokenizer files) for demos, tests and benchmarks: RoBERTa (presets tiny,\n"
@@ -77,8 +55,9 @@ int make_model_command(int argc, char** argv) {
     // llama-110m keeps its real vocabulary (32000) so its cost is the real model's.
     const std::int64_t vocab = preset == "llama-110m" ? std::max<std::int64_t>(32000, tokenizer.vocab_size())
                                                       : tokenizer.vocab_size();
-    make_llama_checkpoint(out, preset, seed, vocab);
-    align_special_ids(out, tokenizer);
+    // The learned tokenizer's ids (<s> 0, <pad> 1, </s> 2) go into config.json and generation_config.json.
+    const auto& sp = tokenizer.special();
+    make_llama_checkpoint(out, preset, seed, vocab, SpecialTokenIds{sp.bos, sp.eos, sp.pad});
     std::printf("wrote %s: %s (vocab %lld, seed %llu)\n", out.c_str(), preset.c_str(), static_cast<long long>(vocab),
                 static_cast<unsigned long long>(seed));
     return 0;

@@ -64,15 +64,18 @@ class Writer {
   std::vector<TensorToWrite> tensors_;
 };
 
+void write_json_file(const std::string& path, const nlohmann::ordered_json& value) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw InputError(path, "cannot write");
+  out << value.dump(2) << "\n";
+  out.close();
+  if (!out) throw InputError(path, "write failed");
+}
+
 void write_config_and_weights(const std::string& dir, const nlohmann::ordered_json& cfg, const Writer& w) {
   namespace fs = std::filesystem;
   fs::create_directories(dir);
-  const std::string cfg_path = (fs::path(dir) / "config.json").string();
-  std::ofstream out(cfg_path, std::ios::binary | std::ios::trunc);
-  if (!out) throw InputError(cfg_path, "cannot write");
-  out << cfg.dump(2) << "\n";
-  out.close();
-  if (!out) throw InputError(cfg_path, "write failed");
+  write_json_file((fs::path(dir) / "config.json").string(), cfg);
   write_safetensors((fs::path(dir) / "model.safetensors").string(), w.tensors());
 }
 
@@ -94,7 +97,7 @@ LlamaPreset llama_preset_by_name(const std::string& name) {
 std::vector<std::string> llama_presets() { return {"tiny-llama", "tiny-granite", "llama-110m"}; }
 
 void make_llama_checkpoint(const std::string& dir, const std::string& preset, std::uint64_t seed,
-                           std::int64_t vocab_size) {
+                           std::int64_t vocab_size, const std::optional<SpecialTokenIds>& ids) {
   LlamaPreset p = llama_preset_by_name(preset);
   if (vocab_size != 0) {
     if (vocab_size < 3) {
@@ -109,9 +112,10 @@ void make_llama_checkpoint(const std::string& dir, const std::string& preset, st
   cfg["architectures"] = {p.granite ? "GraniteForCausalLM" : "LlamaForCausalLM"};
   cfg["attention_bias"] = false;
   cfg["attention_dropout"] = 0.0;
-  cfg["bos_token_id"] = 1;
+  const SpecialTokenIds special = ids.value_or(SpecialTokenIds{});
+  cfg["bos_token_id"] = special.bos;
   if (p.granite) cfg["embedding_multiplier"] = 12.0;
-  cfg["eos_token_id"] = 2;
+  cfg["eos_token_id"] = special.eos;
   cfg["hidden_act"] = "silu";
   cfg["hidden_size"] = H;
   cfg["initializer_range"] = p.init_std;
@@ -126,6 +130,7 @@ void make_llama_checkpoint(const std::string& dir, const std::string& preset, st
   cfg["num_attention_heads"] = p.heads;
   cfg["num_hidden_layers"] = p.layers;
   cfg["num_key_value_heads"] = p.kv_heads;
+  if (special.pad >= 0) cfg["pad_token_id"] = special.pad;
   if (!p.granite) cfg["pretraining_tp"] = 1;
   if (p.granite) cfg["residual_multiplier"] = 0.22;
   cfg["rms_norm_eps"] = 1e-05;
@@ -155,6 +160,13 @@ void make_llama_checkpoint(const std::string& dir, const std::string& preset, st
   w.normal("model.norm.weight", {H}, 1.0, 0.1);
   w.normal("lm_head.weight", {p.vocab, H}, 0.0, p.init_std);
   write_config_and_weights(dir, cfg, w);
+  if (ids) {
+    nlohmann::ordered_json generation;
+    generation["bos_token_id"] = special.bos;
+    generation["eos_token_id"] = special.eos;
+    if (special.pad >= 0) generation["pad_token_id"] = special.pad;
+    write_json_file((std::filesystem::path(dir) / "generation_config.json").string(), generation);
+  }
 }
 
 std::vector<std::string> roberta_presets() { return {"tiny", "roberta-base"}; }
@@ -220,15 +232,7 @@ void make_roberta_checkpoint(const std::string& dir, const std::string& preset, 
     w.normal("lm_head.bias", {p.vocab});
   }
 
-  namespace fs = std::filesystem;
-  fs::create_directories(dir);
-  const std::string cfg_path = (fs::path(dir) / "config.json").string();
-  std::ofstream out(cfg_path, std::ios::binary | std::ios::trunc);
-  if (!out) throw InputError(cfg_path, "cannot write");
-  out << cfg.dump(2) << "\n";
-  out.close();
-  if (!out) throw InputError(cfg_path, "write failed");
-  write_safetensors((fs::path(dir) / "model.safetensors").string(), w.tensors());
+  write_config_and_weights(dir, cfg, w);
 }
 
 }  // namespace evalrun

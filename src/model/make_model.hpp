@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,8 +39,13 @@ std::vector<std::string> roberta_presets();
 // attention is far from uniform and tests notice a wrong scale or rotation; the RMSNorm weights are
 // 1 + normal(0, 0.1) rather than HF's ones so tests notice a norm weight that is dropped. Same seed, same bytes. vocab_size, when not 0, must be
 // at least 3. Unknown preset or bad vocab size: InputError.
+// `ids`, when given, replaces bos 1 / eos 2 in config.json (and adds pad_token_id) and is also written
+// to generation_config.json, so the checkpoint's files agree with the tokenizer written beside it.
+struct SpecialTokenIds {
+  std::int64_t bos = 1, eos = 2, pad = -1;  // pad -1: none
+};
 void make_llama_checkpoint(const std::string& dir, const std::string& preset, std::uint64_t seed,
-                           std::int64_t vocab_size = 0);
+                           std::int64_t vocab_size = 0, const std::optional<SpecialTokenIds>& ids = std::nullopt);
 
 std::vector<std::string> llama_presets();
 
