@@ -250,30 +250,21 @@ class DecoderFlow : public TaskFlow {
                        Provenance prov) {
     const std::size_t n = prompts_.size();
     std::vector<GenerationResult> res(n);
-    std::vector<char> seen(n, 0);
-    for (const auto& bytes : gathered) {
-      ByteReader r(bytes);
-      const auto count = r.get<std::uint64_t>();
-      for (std::uint64_t i = 0; i < count; ++i) {
-        GenerationResult g;
-        g.index = r.get<std::uint64_t>();
-        g.generated_ids = r.get_vector<std::int64_t>();
-        g.own_ids = r.get_vector<std::int64_t>();
-        g.stopped = r.get<std::uint8_t>() != 0;
-        g.vocab = r.get<std::int64_t>();
-        g.step_logits = r.get_vector<float>();
-        g.topk_ids = r.get_vector<std::int64_t>();
-        g.topk_logits = r.get_vector<float>();
-        g.prefill_seconds = r.get<double>();
-        g.step_seconds = r.get_vector<double>();
-        g.batch_rows = r.get<std::int64_t>();
-        g.padded_length = r.get<std::int64_t>();
-        if (g.index >= n || seen[g.index]) throw std::runtime_error("gather: prompt index out of range or repeated");
-        seen[g.index] = 1;
-        res[g.index] = std::move(g);
-      }
-    }
-    if (std::count(seen.begin(), seen.end(), 0) != 0) throw std::runtime_error("gather: a prompt has no result");
+    read_gathered(gathered, n, "prompt", [&](ByteReader& r, std::size_t index) {
+      GenerationResult& g = res[index];
+      g.index = index;
+      g.generated_ids = r.get_vector<std::int64_t>();
+      g.own_ids = r.get_vector<std::int64_t>();
+      g.stopped = r.get<std::uint8_t>() != 0;
+      g.vocab = r.get<std::int64_t>();
+      g.step_logits = r.get_vector<float>();
+      g.topk_ids = r.get_vector<std::int64_t>();
+      g.topk_logits = r.get_vector<float>();
+      g.prefill_seconds = r.get<double>();
+      g.step_seconds = r.get_vector<double>();
+      g.batch_rows = r.get<std::int64_t>();
+      g.padded_length = r.get<std::int64_t>();
+    });
 
     std::vector<std::string> ids, texts, generated_text;
     std::vector<std::vector<std::int64_t>> generated, own;
@@ -445,26 +436,17 @@ class DecoderFlow : public TaskFlow {
                          Provenance prov) {
     const std::size_t nw = all_windows_.size();
     std::vector<WindowScores> by_window(nw);
-    std::vector<char> seen(nw, 0);
-    for (const auto& bytes : gathered) {
-      ByteReader r(bytes);
-      const auto count = r.get<std::uint64_t>();
-      for (std::uint64_t i = 0; i < count; ++i) {
-        WindowScores s;
-        s.index = r.get<std::uint64_t>();
-        s.positions = r.get_vector<std::int64_t>();
-        s.log_probs = r.get_vector<double>();
-        s.vocab = r.get<std::int64_t>();
-        s.logits = r.get_vector<float>();
-        s.topk_ids = r.get_vector<std::int64_t>();
-        s.topk_logits = r.get_vector<float>();
-        s.seconds = r.get<double>();
-        if (s.index >= nw || seen[s.index]) throw std::runtime_error("gather: window index out of range or repeated");
-        seen[s.index] = 1;
-        by_window[s.index] = std::move(s);
-      }
-    }
-    if (std::count(seen.begin(), seen.end(), 0) != 0) throw std::runtime_error("gather: a window has no result");
+    read_gathered(gathered, nw, "window", [&](ByteReader& r, std::size_t index) {
+      WindowScores& s = by_window[index];
+      s.index = index;
+      s.positions = r.get_vector<std::int64_t>();
+      s.log_probs = r.get_vector<double>();
+      s.vocab = r.get<std::int64_t>();
+      s.logits = r.get_vector<float>();
+      s.topk_ids = r.get_vector<std::int64_t>();
+      s.topk_logits = r.get_vector<float>();
+      s.seconds = r.get<double>();
+    });
     // windows are in stream order and score disjoint ranges, so concatenation is position order
     std::vector<std::int64_t> positions, topk_ids;
     std::vector<double> log_probs, item_seconds;

@@ -182,20 +182,11 @@ void finish_qa(const RunSpec& spec, const Prepared& p, const std::vector<std::st
   const std::size_t nf = p.features.size();
   std::vector<std::vector<float>> start(nf), end(nf);
   std::vector<double> item_seconds(nf, 0.0);
-  std::vector<char> seen(nf, 0);
-  for (const auto& bytes : gathered) {
-    ByteReader r(bytes);
-    const auto n = r.get<std::uint64_t>();
-    for (std::uint64_t i = 0; i < n; ++i) {
-      const auto idx = r.get<std::uint64_t>();
-      if (idx >= nf || seen[idx]) throw std::runtime_error("gather: feature index out of range or repeated");
-      seen[idx] = 1;
-      item_seconds[idx] = r.get<double>();
-      start[idx] = r.get_vector<float>();
-      end[idx] = r.get_vector<float>();
-    }
-  }
-  if (std::count(seen.begin(), seen.end(), 0) != 0) throw std::runtime_error("gather: a feature has no result");
+  read_gathered(gathered, nf, "feature", [&](ByteReader& r, std::size_t idx) {
+    item_seconds[idx] = r.get<double>();
+    start[idx] = r.get_vector<float>();
+    end[idx] = r.get_vector<float>();
+  });
   for (double s : item_seconds) times.model_total += s;
 
   QaPostprocessOptions po;
@@ -312,27 +303,18 @@ void finish_mlm(const RunSpec& spec, const Prepared& p, const std::vector<std::s
   std::vector<std::vector<MaskTopK>> topk(ns);
   std::vector<std::vector<std::vector<float>>> full_rows(ns);
   std::vector<double> item_seconds(ns, 0.0);
-  std::vector<char> seen(ns, 0);
-  for (const auto& bytes : gathered) {
-    ByteReader r(bytes);
-    const auto n = r.get<std::uint64_t>();
-    for (std::uint64_t i = 0; i < n; ++i) {
-      const auto idx = r.get<std::uint64_t>();
-      if (idx >= ns || seen[idx]) throw std::runtime_error("gather: sample index out of range or repeated");
-      seen[idx] = 1;
-      item_seconds[idx] = r.get<double>();
-      const auto masks = r.get<std::uint64_t>();
-      for (std::uint64_t m = 0; m < masks; ++m) {
-        MaskTopK t;
-        t.ids = r.get_vector<std::int64_t>();
-        t.logits = r.get_vector<float>();
-        t.logsumexp = r.get<double>();
-        topk[idx].push_back(std::move(t));
-        if (r.get<std::uint8_t>()) full_rows[idx].push_back(r.get_vector<float>());
-      }
+  read_gathered(gathered, ns, "sample", [&](ByteReader& r, std::size_t idx) {
+    item_seconds[idx] = r.get<double>();
+    const auto masks = r.get<std::uint64_t>();
+    for (std::uint64_t m = 0; m < masks; ++m) {
+      MaskTopK t;
+      t.ids = r.get_vector<std::int64_t>();
+      t.logits = r.get_vector<float>();
+      t.logsumexp = r.get<double>();
+      topk[idx].push_back(std::move(t));
+      if (r.get<std::uint8_t>()) full_rows[idx].push_back(r.get_vector<float>());
     }
-  }
-  if (std::count(seen.begin(), seen.end(), 0) != 0) throw std::runtime_error("gather: a sample has no result");
+  });
   for (double s : item_seconds) times.model_total += s;
 
   const int k = spec.task.top_k;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <limits>
+#include <stdexcept>
 
 #include "common/logging.hpp"
 #include "common/sha256.hpp"
@@ -23,6 +24,26 @@ void Progress::operator()(std::size_t done, std::size_t total, double) {
 
 std::string tokenizer_dir(const RunSpec& spec) {
   return spec.model.tokenizer.empty() ? spec.model.path : spec.model.tokenizer;
+}
+
+void read_gathered(const std::vector<std::string>& gathered, std::size_t n, const char* what,
+                   const std::function<void(ByteReader&, std::size_t)>& read_item) {
+  std::vector<char> seen(n, 0);
+  for (const auto& bytes : gathered) {
+    ByteReader r(bytes);
+    const auto count = r.get<std::uint64_t>();
+    for (std::uint64_t i = 0; i < count; ++i) {
+      const auto index = r.get<std::uint64_t>();
+      if (index >= n || seen[index]) {
+        throw std::runtime_error(std::string("gather: ") + what + " index out of range or repeated");
+      }
+      seen[index] = 1;
+      read_item(r, static_cast<std::size_t>(index));
+    }
+  }
+  if (std::count(seen.begin(), seen.end(), 0) != 0) {
+    throw std::runtime_error(std::string("gather: a ") + what + " has no result");
+  }
 }
 
 std::vector<std::vector<std::size_t>> balanced_shards(const std::vector<std::int64_t>& cost, int ranks) {

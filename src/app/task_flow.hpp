@@ -7,11 +7,13 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "app/result_file.hpp"
+#include "dist/serialize.hpp"
 #include "config/run_spec.hpp"
 #include "io/hdf5_file.hpp"
 
@@ -65,6 +67,11 @@ void write_timing(H5Writer& out, const RunTimes& t, const std::vector<double>& i
 // Best k of each row: `group`/values float32 [rows, k] and `group`/indices int64 [rows, k]
 // (-inf / -1 past a row's length); ties: lower index first.
 void write_topk_rows(H5Writer& out, const std::string& group, const std::vector<std::vector<float>>& rows, int k);
+// Walks the result buffers gathered from every rank. Each holds an item count, then per item its global
+// index followed by what `read_item` consumes. Every index in [0, n) must come exactly once; `what`
+// names the items in the error otherwise ("feature", "prompt", ...).
+void read_gathered(const std::vector<std::string>& gathered, std::size_t n, const char* what,
+                   const std::function<void(ByteReader&, std::size_t)>& read_item);
 // Serializes a scalar list of per-item costs into balanced shards of item positions.
 std::vector<std::vector<std::size_t>> balanced_shards(const std::vector<std::int64_t>& cost, int ranks);
 
