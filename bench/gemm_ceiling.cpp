@@ -12,7 +12,8 @@
 #include <functional>
 #include <string>
 
-#include "model/gemm.hpp"
+#include "model/loader_util.hpp"
+#include "ops/gemm.hpp"
 
 namespace {
 
@@ -38,7 +39,7 @@ int main(int argc, char** argv) {
   struct Shape { std::int64_t k, n; };
   const Shape shapes[] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
   std::printf("threads %d, M %lld, best of %d; oneDNN sgemm %s\n", threads, static_cast<long long>(M), reps,
-              evalrun::model::have_onednn_sgemm() ? "linked" : "not linked");
+              evalrun::ops::have_onednn_sgemm() ? "linked" : "not linked");
 
   double layer_flop = 0, t_linear32 = 0, t_sgemm = 0, t_linear16 = 0;
   for (const Shape& s : shapes) {

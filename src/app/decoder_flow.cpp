@@ -112,9 +112,11 @@ class DecoderFlow : public TaskFlow {
   }
 
   void load(const RunSpec& spec, const std::string& shard, const std::string& shared, Provenance& prov) override {
-    model_ = DecoderModel::load(spec.model.path, spec.model.dtype, spec.model.device);
+    model_ = DecoderModel::load(spec.model.path, spec.model.dtype, spec.model.device,
+                                spec.quantization.direct ? "none" : spec.quantization.method);
     const auto& cfg = model_->config();
     prov.compute_dtype = model_->compute_dtype();
+    prov.quantization = model_->quantization();
     prov.architecture = cfg.architectures.empty() ? cfg.model_type : cfg.architectures.front();
     if (tokenizer_) prov.tokenizer_sha256 = tokenizer_->sha256();
     ByteReader r(shard);

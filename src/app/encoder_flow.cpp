@@ -422,7 +422,8 @@ class EncoderFlow : public TaskFlow {
 
   void load(const RunSpec& spec, const std::string& shard, const std::string&, Provenance& prov) override {
     items_ = deserialize_items(shard);
-    model_ = RobertaModel::load(spec.model.path, spec.model.dtype, spec.model.device);
+    model_ = RobertaModel::load(spec.model.path, spec.model.dtype, spec.model.device,
+                                spec.quantization.direct ? "none" : spec.quantization.method);
     const auto want = spec.task.kind == TaskKind::qa ? RobertaHead::question_answering : RobertaHead::masked_lm;
     if (model_->head() != want) {
       throw InputError(spec.model.path + "/config.json",
@@ -433,6 +434,7 @@ class EncoderFlow : public TaskFlow {
     vocab_ = model_->config().vocab_size;
     check_ids_fit(items_, vocab_, model_->config().max_sequence_length(), spec.model.path);
     prov.compute_dtype = model_->compute_dtype();
+    prov.quantization = model_->quantization();
     prov.architecture = model_->config().architectures.empty() ? "" : model_->config().architectures.front();
     if (prepared_.tokenizer) prov.tokenizer_sha256 = prepared_.tokenizer->sha256();
   }

@@ -36,6 +36,7 @@ void write_provenance(H5Writer& out, const RunSpec& spec, const Provenance& p) {
   out.set_attr("/", "tokenizer_sha256", p.tokenizer_sha256);
   out.set_attr("/", "dtype", std::string(to_string(spec.model.dtype)));
   out.set_attr("/", "compute_dtype", p.compute_dtype);
+  out.set_attr("/", "quantization", p.quantization);
   out.set_attr("/", "device", std::string(to_string(spec.model.device)));
   out.set_attr("/", "quantization", std::string("none"));
   out.set_attr("/", "world_size", static_cast<std::int64_t>(p.world_size));

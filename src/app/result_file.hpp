@@ -19,6 +19,7 @@ struct Provenance {
   std::string tokenizer_sha256;
   std::string architecture;
   std::string compute_dtype;  // what the arithmetic ran in (fp16 runs compute in float32 on CPU)
+  std::string quantization = "none";  // how the linear layers are stored (model quantization())
   int world_size = 1;
   int threads_per_rank = 1;
   std::string start_time;  // ISO 8601 UTC

@@ -166,6 +166,32 @@ const std::vector<KeySpec>& key_specs() {
       {.section = "task", .key = "stride", .kind = Kind::integer, .max = kIntMax, .applies = kPerplexity, .default_note = "0",
        .help = "perplexity only: window start step; 0 = context_length (no overlap); each token is scored once",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.stride = static_cast<int>(v.i); }},
+      // [quantization]
+      {.section = "quantization", .key = "method", .kind = Kind::enumeration, .choices = {"auto", "none", "gptq", "int8", "fp8"}, .default_note = "\"auto\"",
+       .help = "what the checkpoint must hold: auto = whatever it holds (float, or its config.json quantization_config); otherwise a mismatch is an error. int8 with direct = true quantizes a float checkpoint",
+       .apply = [](RunSpec& r, const Scalar& v) { r.quantization.method = std::vector<std::string>{"auto", "none", "gptq", "int8", "fp8"}[v.choice]; }},
+      {.section = "quantization", .key = "direct", .kind = Kind::boolean, .default_note = "false",
+       .help = "with method = \"int8\": quantize a float checkpoint to INT8 W8A8 in memory before the run (as `evalrun quantize` would)",
+       .apply = [](RunSpec& r, const Scalar& v) { r.quantization.direct = v.b; }},
+      {.section = "quantization", .key = "weights", .kind = Kind::enumeration, .choices = {"per_channel", "per_tensor"}, .default_note = "\"per_channel\"",
+       .help = "direct only: one weight scale per output channel, or one per layer",
+       .apply = [](RunSpec& r, const Scalar& v) { r.quantization.weights = v.choice == 0 ? "per_channel" : "per_tensor"; }},
+      {.section = "quantization", .key = "activations", .kind = Kind::enumeration, .choices = {"per_token", "per_tensor_symm", "per_tensor_asymm"}, .default_note = "\"per_token\"",
+       .help = "direct only: activation scales per token (dynamic), or one per layer from calibration (symmetric, or asymmetric with a zero point)",
+       .apply = [](RunSpec& r, const Scalar& v) { r.quantization.activations = std::vector<std::string>{"per_token", "per_tensor_symm", "per_tensor_asymm"}[v.choice]; }},
+      {.section = "quantization", .key = "smoothquant", .kind = Kind::boolean, .default_note = "false",
+       .help = "direct only: SmoothQuant, moving activation outliers into the weights with per-channel scales from calibration",
+       .apply = [](RunSpec& r, const Scalar& v) { r.quantization.smoothquant = v.b; }},
+      {.section = "quantization", .key = "smoothquant_alpha", .kind = Kind::floating, .default_note = "0.5", .allowed_note = "0..1",
+       .help = "direct only, with smoothquant: migration strength s_j = max|X_j|^alpha / max|W_j|^(1-alpha)",
+       .apply = [](RunSpec& r, const Scalar& v) { r.quantization.smoothquant_alpha = v.f; },
+       .check = [](const Scalar& v) { return v.f >= 0.0 && v.f <= 1.0 ? std::string() : std::string("must be in [0, 1]"); }},
+      {.section = "quantization", .key = "calibration_dataset", .kind = Kind::string, .default_note = "task.dataset", .allowed_note = "file",
+       .help = "direct only: data set (same format as task.dataset) whose first calibration_samples examples calibrate the activation scales",
+       .apply = [](RunSpec& r, const Scalar& v) { r.quantization.calibration_dataset = v.s; }, .check = check_not_empty},
+      {.section = "quantization", .key = "calibration_samples", .kind = Kind::integer, .min = 1, .max = kIntMax, .default_note = "128",
+       .help = "direct only: examples run to calibrate",
+       .apply = [](RunSpec& r, const Scalar& v) { r.quantization.calibration_samples = static_cast<int>(v.i); }},
       // [parallel]
       {.section = "parallel", .key = "tensor_parallel", .kind = Kind::integer, .min = 1, .max = kIntMax, .default_note = "1",
        .help = "ranks sharing one model replica; the world size must be a multiple of it",
@@ -193,7 +219,7 @@ const std::vector<KeySpec>& key_specs() {
 }
 
 const std::vector<std::string>& section_names() {
-  static const std::vector<std::string> names = {"run", "model", "task", "parallel", "output", "validation"};
+  static const std::vector<std::string> names = {"run", "model", "task", "quantization", "parallel", "output", "validation"};
   return names;
 }
 
@@ -688,6 +714,28 @@ class Loader {
       throw InputError(where("task.stride", find_value(*find_spec("task", "stride"))),
                        "task.stride (" + std::to_string(spec.task.stride) + ") must not exceed task.context_length (" +
                            std::to_string(spec.task.context_length) + "): tokens between windows would never be scored");
+    }
+    // Direct quantization settings only mean something with direct = true (and direct only for int8).
+    if (spec.quantization.direct && spec.quantization.method != "int8") {
+      throw InputError(where("quantization.direct", find_value(*find_spec("quantization", "direct"))),
+                       "quantization.direct = true needs quantization.method = \"int8\" (got \"" +
+                           spec.quantization.method + "\")");
+    }
+    if (spec.quantization.direct && spec.model.dtype == DType::bf16) {
+      throw InputError(where("model.dtype", find_value(*find_spec("model", "dtype"))),
+                       "direct INT8 quantization takes float32 activations: use model.dtype = \"fp32\"");
+    }
+    for (const char* key : {"weights", "activations", "smoothquant", "smoothquant_alpha", "calibration_dataset",
+                            "calibration_samples"}) {
+      const std::string full = std::string("quantization.") + key;
+      if (set_keys_.count(full) && !spec.quantization.direct) {
+        throw InputError(where(full, find_value(*find_spec("quantization", key))),
+                         full + " applies only with quantization.direct = true (a quantized checkpoint carries its own settings)");
+      }
+    }
+    if (set_keys_.count("quantization.smoothquant_alpha") && !spec.quantization.smoothquant) {
+      throw InputError(where("quantization.smoothquant_alpha", find_value(*find_spec("quantization", "smoothquant_alpha"))),
+                       "quantization.smoothquant_alpha applies only with quantization.smoothquant = true");
     }
     if (spec.task.kind == TaskKind::qa && spec.task.doc_stride >= spec.task.max_seq_length) {
       // Blame doc_stride where the user set it; else the max_seq_length that made the default too big.

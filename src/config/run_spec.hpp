@@ -70,6 +70,20 @@ struct OutputSection {
   std::string predictions_json;   // qa: also write predictions in the official SQuAD script's format
 };
 
+// How the model's linear layers are quantized. A quantized checkpoint carries its own settings
+// (config.json quantization_config); the keys other than method describe direct INT8 quantization of
+// a float checkpoint at load (direct = true), done the way `evalrun quantize` does it.
+struct QuantizationSection {
+  std::string method = "auto";  // auto | none | gptq | int8 | fp8
+  bool direct = false;          // int8 only: quantize a float checkpoint in memory before the run
+  std::string weights = "per_channel";   // direct: per_channel | per_tensor weight scales
+  std::string activations = "per_token"; // direct: per_token | per_tensor_symm | per_tensor_asymm
+  bool smoothquant = false;              // direct: SmoothQuant scales from the calibration data
+  double smoothquant_alpha = 0.5;        // direct: migration strength
+  std::string calibration_dataset;       // direct: "" = task.dataset
+  int calibration_samples = 128;         // direct: examples run to calibrate (first N of the data set)
+};
+
 // Cross-implementation validation runs.
 struct ValidationSection {
   // generate only: an evalrun generate result file whose generated tokens this run feeds instead of
@@ -86,6 +100,7 @@ struct RunSpec {
   RunSection run;
   ModelSection model;
   TaskSection task;
+  QuantizationSection quantization;
   ParallelSection parallel;
   OutputSection output;
   ValidationSection validation;

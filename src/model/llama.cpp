@@ -35,8 +35,9 @@
 
 #include "common/errors.hpp"
 #include "io/safetensors.hpp"
-#include "model/gemm.hpp"
 #include "model/loader_util.hpp"
+#include "ops/gemm.hpp"
+#include "quant/dense.hpp"
 
 namespace evalrun {
 namespace {
@@ -44,16 +45,19 @@ namespace {
 using torch::Tensor;
 namespace fs = std::filesystem;
 
-// Projection weights are [in, out] (pre-transposed) on the sgemm path and [out, in] as stored on the
-// torch path: oneDNN's bfloat16 matmul (at::linear) reads the [out, in] layout ~20% faster at the
-// small batches of decoding.
+// Float projection weights are [in, out] (pre-transposed) on the sgemm path and [out, in] as stored
+// on the torch path: oneDNN's bfloat16 matmul (at::linear) reads the [out, in] layout ~20% faster at
+// the small batches of decoding. Quantized layers run on the sgemm path only.
 struct DecoderLayer {
-  Tensor qkv;      // (nh + 2 nkv) d outputs: q | k | v
-  Tensor o;        // nh d -> H
-  Tensor gate_up;  // 2 I outputs: gate | up
-  Tensor down;     // I -> H
+  quant::LinearPtr qkv;      // (nh + 2 nkv) d outputs: q | k | v
+  quant::LinearPtr o;        // nh d -> H
+  quant::LinearPtr gate_up;  // 2 I outputs: gate | up
+  quant::LinearPtr down;     // I -> H
   Tensor attn_norm, mlp_norm;  // [H]
 };
+
+// The torch path's [out, in] weight of a float layer.
+const Tensor& weight_of(const quant::LinearPtr& layer) { return quant::as_dense(*layer).weight(); }
 
 // RoPE inverse frequencies as transformers computes them, in float32 tensor arithmetic:
 // 1 / theta^(arange(0, d, 2) / d), then for rope_type llama3 the wavelength-based smoothing of
@@ -133,7 +137,8 @@ struct DecoderModel::Impl {
   DType dtype = DType::fp32;
   torch::ScalarType st = torch::kFloat32;
   std::string dir;
-  bool use_sgemm = false;  // float32 with oneDNN's sgemm (fixed at load)
+  bool use_sgemm = false;  // the raw-loop float32 path (fixed at load): oneDNN's sgemm, or a quantized model
+  quant::QuantConfig quant;
 
   Tensor embed;       // [V, H]
   Tensor lm_head;     // [V, H] (tied: the embeddings)
@@ -224,13 +229,13 @@ struct DecoderModel::Impl {
         const float* vp = vc + (b * nkv + j) * cap * d;
         const float* q = qkv + b * seq * W + h * d;
         const std::int64_t* km = key_mask + b * T;
-        model::sgemm('N', 'T', rows, T, d, scale, q, grouped ? d : W, kp, d, 0.0f, s, T);
+        ops::sgemm('N', 'T', rows, T, d, scale, q, grouped ? d : W, kp, d, 0.0f, s, T);
         for (std::int64_t r = 0; r < rows; ++r) {
           const std::int64_t last = grouped ? T - 1 : len0 + r;  // the query's own index
           masked_softmax_row(s + r * T, T, [&](std::int64_t k) { return k <= last && km[k] != 0; });
         }
         float* out = ctx + b * seq * qw + h * d;
-        model::sgemm('N', 'N', rows, d, T, 1.0f, s, T, vp, d, 0.0f, out, grouped ? d : qw);
+        ops::sgemm('N', 'N', rows, d, T, 1.0f, s, T, vp, d, 0.0f, out, grouped ? d : qw);
       }
     });
   }
@@ -275,7 +280,7 @@ struct DecoderModel::Impl {
     for (std::size_t l = 0; l < layers.size(); ++l) {
       const DecoderLayer& L = layers[l];
       rms_norm_rows(x, L.attn_norm.data_ptr<float>(), a, M, H, eps);
-      model::sgemm('N', 'N', M, W, H, 1.0f, a, H, L.qkv.data_ptr<float>(), W, 0.0f, qkv, W);
+      L.qkv->forward(a, M, H, qkv, W, 1.0f, 0.0f);
       // Rotate q and k, and store k and v in the cache.
       float* kc = cache.k[l].data_ptr<float>();
       float* vc = cache.v[l].data_ptr<float>();
@@ -294,10 +299,10 @@ struct DecoderModel::Impl {
       });
       attention_fast(qkv, W, cache, l, key_mask, batch, seq, ctx);
       // x += rm * (ctx @ W_o): HF adds residual + out * residual_multiplier.
-      model::sgemm('N', 'N', M, H, qw, rm, ctx, qw, L.o.data_ptr<float>(), H, 1.0f, x, H);
+      L.o->forward(ctx, M, qw, x, H, rm, 1.0f);
 
       rms_norm_rows(x, L.mlp_norm.data_ptr<float>(), a, M, H, eps);
-      model::sgemm('N', 'N', M, 2 * I, H, 1.0f, a, H, L.gate_up.data_ptr<float>(), 2 * I, 0.0f, gu, 2 * I);
+      L.gate_up->forward(a, M, H, gu, 2 * I, 1.0f, 0.0f);
       at::parallel_for(0, M, 16, [&](std::int64_t m0, std::int64_t m1) {
         for (std::int64_t m = m0; m < m1; ++m) {
           const float* g = gu + m * 2 * I;
@@ -306,7 +311,7 @@ struct DecoderModel::Impl {
           for (std::int64_t i = 0; i < I; ++i) o[i] = (g[i] / (1.0f + std::exp(-g[i]))) * u[i];
         }
       });
-      model::sgemm('N', 'N', M, H, I, rm, act, I, L.down.data_ptr<float>(), H, 1.0f, x, H);
+      L.down->forward(act, M, I, x, H, rm, 1.0f);
       if (l + 1 < layers.size()) keep(x);
     }
     return xt;
@@ -361,7 +366,7 @@ struct DecoderModel::Impl {
     for (std::size_t l = 0; l < layers.size(); ++l) {
       const DecoderLayer& L = layers[l];
       Tensor a = rms_norm_t(x, L.attn_norm);
-      Tensor qkv = at::linear(a, L.qkv);
+      Tensor qkv = at::linear(a, weight_of(L.qkv));
       Tensor q = qkv.narrow(1, 0, qw).view({batch, seq, nh, d}).transpose(1, 2);
       Tensor k = qkv.narrow(1, qw, kvw).view({batch, seq, nkv, d}).transpose(1, 2);
       Tensor v = qkv.narrow(1, qw + kvw, kvw).view({batch, seq, nkv, d}).transpose(1, 2);
@@ -383,13 +388,13 @@ struct DecoderModel::Impl {
       Tensor probs = torch::softmax(scores.to(torch::kFloat32) + mask_add, -1).to(st);
       Tensor ctx = at::matmul(probs, values) * any_allowed;  // [B, nh, L, d]
       ctx = ctx.transpose(1, 2).reshape({M, qw});
-      Tensor o = at::linear(ctx, L.o);
+      Tensor o = at::linear(ctx, weight_of(L.o));
       x = c.residual_multiplier == 1.0 ? x + o : x + o * c.residual_multiplier;
 
       a = rms_norm_t(x, L.mlp_norm);
-      Tensor gu = at::linear(a, L.gate_up);
+      Tensor gu = at::linear(a, weight_of(L.gate_up));
       Tensor act = torch::silu(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
-      Tensor down = at::linear(act, L.down);
+      Tensor down = at::linear(act, weight_of(L.down));
       x = c.residual_multiplier == 1.0 ? x + down : x + down * c.residual_multiplier;
       if (l + 1 < layers.size()) keep(x);
     }
@@ -436,7 +441,7 @@ struct DecoderModel::Impl {
     const std::int64_t R = h.size(0), V = cfg.vocab_size, H = cfg.hidden_size;
     logits.resize(static_cast<std::size_t>(R * V));
     if (use_sgemm) {
-      model::sgemm('N', 'T', R, V, H, 1.0f, h.data_ptr<float>(), H, lm_head.data_ptr<float>(), H, 0.0f,
+      ops::sgemm('N', 'T', R, V, H, 1.0f, h.data_ptr<float>(), H, lm_head.data_ptr<float>(), H, 0.0f,
                    logits.data(), V);
       if (cfg.logits_scaling != 1.0) {
         const float s = static_cast<float>(cfg.logits_scaling);
@@ -454,7 +459,8 @@ struct DecoderModel::Impl {
 DecoderModel::DecoderModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DecoderModel::~DecoderModel() = default;
 
-std::unique_ptr<DecoderModel> DecoderModel::load(const std::string& dir, DType dtype, Device device) {
+std::unique_ptr<DecoderModel> DecoderModel::load(const std::string& dir, DType dtype, Device device,
+                                                 const std::string& quantization_method) {
   model::require_cpu(device);
   model::tune_malloc_once();
   torch::InferenceMode guard;
@@ -464,8 +470,10 @@ std::unique_ptr<DecoderModel> DecoderModel::load(const std::string& dir, DType d
   m.dir = dir;
   m.dtype = dtype;
   m.cfg = LlamaConfig::from_json_file((fs::path(dir) / "config.json").string());
+  m.quant = quant::read_quant_config(dir);
+  model::check_quantization(m.quant, quantization_method, dtype);
   m.st = dtype == DType::bf16 ? torch::kBFloat16 : torch::kFloat32;
-  m.use_sgemm = m.st == torch::kFloat32 && model::have_onednn_sgemm();
+  m.use_sgemm = m.st == torch::kFloat32 && (ops::have_onednn_sgemm() || m.quant.method != quant::Method::none);
   const auto& c = m.cfg;
   const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const std::int64_t qw = m.q_width(), kvw = m.kv_width();
@@ -477,24 +485,26 @@ std::unique_ptr<DecoderModel> DecoderModel::load(const std::string& dir, DType d
     used.insert(name);
     return model::read_tensor(ckpt, name, shape, m.st, half);
   };
+  const model::LinearLoad how{ckpt, m.quant, m.st, half, m.use_sgemm, used};
 
   m.embed = take("model.embed_tokens.weight", {V, H});
   m.final_norm = take("model.norm.weight", {H});
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     DecoderLayer L;
-    Tensor wq = take(p + "self_attn.q_proj.weight", {qw, H});
-    Tensor wk = take(p + "self_attn.k_proj.weight", {kvw, H});
-    Tensor wv = take(p + "self_attn.v_proj.weight", {kvw, H});
-    Tensor wo = take(p + "self_attn.o_proj.weight", {H, qw});
-    Tensor wg = take(p + "mlp.gate_proj.weight", {I, H});
-    Tensor wu = take(p + "mlp.up_proj.weight", {I, H});
-    Tensor wd = take(p + "mlp.down_proj.weight", {H, I});
-    auto layout = [&](const Tensor& w) { return m.use_sgemm ? model::pre_transposed(w) : w.contiguous(); };
-    L.qkv = layout(torch::cat({wq, wk, wv}, 0));
-    L.o = layout(wo);
-    L.gate_up = layout(torch::cat({wg, wu}, 0));
-    L.down = layout(wd);
+    auto linear = [&](const std::string& name, std::int64_t in, std::int64_t out) {
+      return model::load_linear(how, p + name, in, out, false);
+    };
+    std::vector<quant::LinearPtr> qkv, gate_up;
+    qkv.push_back(linear("self_attn.q_proj", H, qw));
+    qkv.push_back(linear("self_attn.k_proj", H, kvw));
+    qkv.push_back(linear("self_attn.v_proj", H, kvw));
+    L.qkv = quant::concat_outputs(std::move(qkv));
+    L.o = linear("self_attn.o_proj", qw, H);
+    gate_up.push_back(linear("mlp.gate_proj", H, I));
+    gate_up.push_back(linear("mlp.up_proj", H, I));
+    L.gate_up = quant::concat_outputs(std::move(gate_up));
+    L.down = linear("mlp.down_proj", I, H);
     L.attn_norm = take(p + "input_layernorm.weight", {H});
     L.mlp_norm = take(p + "post_attention_layernorm.weight", {H});
     m.layers.push_back(std::move(L));
@@ -515,6 +525,35 @@ std::unique_ptr<DecoderModel> DecoderModel::load(const std::string& dir, DType d
 }
 
 const LlamaConfig& DecoderModel::config() const { return impl_->cfg; }
+
+std::vector<quant::LinearSite> DecoderModel::linear_sites() {
+  const auto& c = impl_->cfg;
+  const std::int64_t qw = impl_->q_width(), kvw = impl_->kv_width();
+  std::vector<quant::LinearSite> sites;
+  for (std::size_t i = 0; i < impl_->layers.size(); ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    DecoderLayer& L = impl_->layers[i];
+    sites.push_back({{p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"}, {qw, kvw, kvw}, L.qkv.get()});
+    sites.push_back({{p + "self_attn.o_proj"}, {c.hidden_size}, L.o.get()});
+    sites.push_back({{p + "mlp.gate_proj", p + "mlp.up_proj"}, {c.intermediate_size, c.intermediate_size}, L.gate_up.get()});
+    sites.push_back({{p + "mlp.down_proj"}, {c.hidden_size}, L.down.get()});
+  }
+  return sites;
+}
+
+void DecoderModel::replace_linear(std::size_t site, quant::LinearPtr layer) {
+  if (site >= 4 * impl_->layers.size()) throw std::out_of_range("DecoderModel::replace_linear: no site " + std::to_string(site));
+  DecoderLayer& L = impl_->layers[site / 4];
+  quant::LinearPtr* slots[] = {&L.qkv, &L.o, &L.gate_up, &L.down};
+  quant::LinearPtr& slot = *slots[site % 4];
+  if (layer->in_features() != slot->in_features() || layer->out_features() != slot->out_features()) {
+    throw std::invalid_argument("DecoderModel::replace_linear: features differ from the layer replaced");
+  }
+  if (!impl_->use_sgemm) throw std::logic_error("DecoderModel::replace_linear needs the float32 sgemm path");
+  slot = std::move(layer);
+}
+
+std::string DecoderModel::quantization() const { return impl_->quant.describe(); }
 const char* DecoderModel::compute_dtype() const { return impl_->st == torch::kBFloat16 ? "bfloat16" : "float32"; }
 
 std::unique_ptr<DecoderModel::Cache, void (*)(DecoderModel::Cache*)> DecoderModel::new_cache(

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config/run_spec.hpp"
+#include "quant/linear.hpp"
 
 namespace evalrun {
 
@@ -52,12 +53,25 @@ class DecoderModel {
   // Reads dir/config.json and safetensors (single or sharded). Every expected tensor must exist with
   // its shape (InputError naming tensor and shapes); lm_head.weight may be absent when tied. F32/F16/BF16
   // converted to dtype; fp16 as in RobertaModel (weights rounded to fp16, compute float32).
-  static std::unique_ptr<DecoderModel> load(const std::string& dir, DType dtype, Device device);
+  // Quantized checkpoints (config.json quantization_config or quantize_config.json) load their layers
+  // in that format; quantization_method is the run's [quantization] method ("auto": whatever the
+  // checkpoint holds; otherwise it must match, InputError naming quantization.method).
+  static std::unique_ptr<DecoderModel> load(const std::string& dir, DType dtype, Device device,
+                                            const std::string& quantization_method = "auto");
   ~DecoderModel();
   DecoderModel(const DecoderModel&) = delete;
   DecoderModel& operator=(const DecoderModel&) = delete;
 
   const LlamaConfig& config() const;
+
+  // The projections of the layers, for quantization tools (calibration, direct quantization, memory
+  // reports). Each site is one Linear the forward pass calls; it holds the checkpoint layers
+  // `prefixes` side by side (q | k | v), `part_out[i]` outputs each. replace_linear swaps one for a
+  // layer with the same in / out features (any storage: float32 only on the sgemm path).
+  std::vector<quant::LinearSite> linear_sites();
+  void replace_linear(std::size_t site, quant::LinearPtr layer);
+  // How the checkpoint's layers are stored ("none", "gptq w4 g32 asym act_order", ...).
+  std::string quantization() const;
   const char* compute_dtype() const;
 
   // The key/value cache of one batch: `batch` rows, room for `capacity` positions per row.

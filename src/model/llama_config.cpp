@@ -91,10 +91,6 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
                          (known ? "does not match model_type '" + c.model_type + "' (expected " + expected_arch + ")"
                                 : std::string("is not supported (supported: LlamaForCausalLM, GraniteForCausalLM)")));
   }
-  if (auto q = j.find("quantization_config"); q != j.end() && !q->is_null()) {
-    throw InputError(path + ": quantization_config",
-                     "quantized checkpoints are not supported by the float decoder (dequantize it first)");
-  }
 
   c.vocab_size = json_int(j, path, "vocab_size", true, 0, 1);
   c.hidden_size = json_int(j, path, "hidden_size", true, 0, 1);

@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "common/errors.hpp"
+#include "ops/gemm.hpp"
+#include "quant/dense.hpp"
 
 namespace evalrun::model {
 
@@ -42,6 +44,57 @@ torch::Tensor Workspace::get(const std::vector<std::int64_t>& shape, torch::Scal
 }
 
 torch::Tensor pre_transposed(const torch::Tensor& w) { return w.t().contiguous(); }
+
+void matmul_into(torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& w_t, float beta) {
+  const std::int64_t m = x.size(0), k = x.size(1), n = w_t.size(1);
+  if (x.scalar_type() == torch::kFloat32 && ops::have_onednn_sgemm()) {
+    ops::sgemm('N', 'N', m, n, k, 1.0f, x.data_ptr<float>(), k, w_t.data_ptr<float>(), n, beta, y.data_ptr<float>(), n);
+    return;
+  }
+  if (beta == 0.0f) {
+    at::mm_out(y, x, w_t);
+  } else {
+    y.addmm_(x, w_t);
+  }
+}
+
+quant::LinearPtr load_linear(const LinearLoad& how, const std::string& prefix, std::int64_t in, std::int64_t out,
+                             bool bias) {
+  const TensorView* w = how.ckpt.find(prefix + ".weight");
+  const bool float_weight =
+      w != nullptr && (w->dtype == TensorDType::F32 || w->dtype == TensorDType::F16 || w->dtype == TensorDType::BF16);
+  const bool float_layer = how.quant.method == quant::Method::none || float_weight;
+  if (float_layer) {
+    how.used.insert(prefix + ".weight");
+    torch::Tensor w = read_tensor(how.ckpt, prefix + ".weight", {out, in}, how.dense_dtype, how.round_to_half);
+    torch::Tensor b;
+    if (bias) {
+      how.used.insert(prefix + ".bias");
+      b = read_tensor(how.ckpt, prefix + ".bias", {out}, how.dense_dtype, how.round_to_half);
+    }
+    return std::make_unique<quant::DenseLinear>(w, b, how.transposed);
+  }
+  switch (how.quant.method) {
+    case quant::Method::gptq: return quant::load_gptq_linear(how.ckpt, prefix, in, out, how.quant.gptq, how.used);
+    case quant::Method::int8: return quant::load_int8_linear(how.ckpt, prefix, in, out, how.quant.int8, how.used);
+    case quant::Method::fp8: return quant::load_fp8_linear(how.ckpt, prefix, in, out, how.quant.fp8, how.used);
+    case quant::Method::none: break;
+  }
+  throw std::logic_error("load_linear: unhandled method");
+}
+
+void check_quantization(const quant::QuantConfig& found, const std::string& expected_method, DType dtype) {
+  const std::string method = quant::to_string(found.method);
+  if (expected_method != "auto" && expected_method != method) {
+    throw InputError("quantization.method", "is \"" + expected_method + "\" but the checkpoint is " +
+                                                (found.method == quant::Method::none ? std::string("not quantized")
+                                                                                     : "quantized with " + method + " (" + found.where + ")"));
+  }
+  if (found.method != quant::Method::none && dtype == DType::bf16) {
+    throw InputError("model.dtype", "bf16 is not available for " + method +
+                                        " checkpoints: quantized layers take float32 activations (use fp32)");
+  }
+}
 
 torch::Tensor read_tensor(const Checkpoint& ckpt, const std::string& name, const std::vector<std::int64_t>& shape,
                           torch::ScalarType target, bool round_to_half) {

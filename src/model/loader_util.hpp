@@ -7,11 +7,14 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "config/run_spec.hpp"
 #include "io/safetensors.hpp"
+#include "quant/linear.hpp"
+#include "quant/quant_config.hpp"
 
 namespace evalrun::model {
 
@@ -40,6 +43,31 @@ torch::Tensor pre_transposed(const torch::Tensor& w);
 // round_to_half: round to float16 first (the precision of an fp16 run whose compute is float32).
 torch::Tensor read_tensor(const Checkpoint& ckpt, const std::string& name, const std::vector<std::int64_t>& shape,
                           torch::ScalarType target, bool round_to_half);
+
+// y[M,N] = beta * y + x[M,K] @ w_t[K,N]. All three contiguous, same dtype; w_t is the
+// pre-transposed weight. beta is 0 or 1. Float32 goes to oneDNN's sgemm when available.
+void matmul_into(torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& w_t, float beta);
+
+// How the linear layers of a checkpoint are read.
+struct LinearLoad {
+  const Checkpoint& ckpt;
+  const quant::QuantConfig& quant;  // method none: float layers
+  torch::ScalarType dense_dtype;    // float layers: the compute dtype
+  bool round_to_half;               // float layers of an fp16 run
+  bool transposed;                  // float layers: store W^T (see quant::DenseLinear)
+  std::set<std::string>& used;      // every tensor name read is added
+};
+
+// The projection stored under `prefix` (prefix.weight [out, in] and, when `bias`, prefix.bias [out]
+// for a float layer; the method's tensors for a quantized one). A layer of a quantized checkpoint that
+// holds a float prefix.weight instead (a layer the quantizer skipped) loads as a float layer.
+quant::LinearPtr load_linear(const LinearLoad& how, const std::string& prefix, std::int64_t in, std::int64_t out,
+                             bool bias);
+
+// Compares the run's [quantization] method ("auto" accepts whatever the checkpoint holds) with the
+// checkpoint's (InputError naming quantization.method), and refuses a quantized checkpoint with a
+// bfloat16 run (quantized layers take float32 activations; InputError naming model.dtype).
+void check_quantization(const quant::QuantConfig& found, const std::string& expected_method, DType dtype);
 
 // config.json: parsed object (InputError naming the file when missing, not JSON or not an object).
 nlohmann::json read_config_json(const std::string& path);

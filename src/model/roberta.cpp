@@ -24,7 +24,8 @@
 #include "common/errors.hpp"
 #include "common/sha256.hpp"
 #include "io/safetensors.hpp"
-#include "model/gemm.hpp"
+#include "ops/gemm.hpp"
+#include "quant/dense.hpp"
 #include "model/loader_util.hpp"
 
 namespace evalrun {
@@ -36,14 +37,23 @@ namespace fs = std::filesystem;
 using model::shape_string;
 using Buffer = model::Workspace;
 
+// Projections with their biases. Float ones hold W^T ([in, out]) on every path; quantized ones run
+// on the sgemm path only.
 struct Layer {
-  Tensor qkv_w_t, qkv_b;      // [H, 3H], [3H]: query | key | value
-  Tensor attn_out_w_t, attn_out_b;
+  quant::LinearPtr qkv;       // H -> 3H: query | key | value
+  quant::LinearPtr attn_out;  // H -> H
   Tensor attn_ln_w, attn_ln_b;
-  Tensor inter_w_t, inter_b;  // [H, I]
-  Tensor out_w_t, out_b;      // [I, H]
+  quant::LinearPtr inter;     // H -> I
+  quant::LinearPtr out;       // I -> H
   Tensor out_ln_w, out_ln_b;
 };
+
+// y = beta * y + x @ W^T + b with a float layer on the torch path.
+void torch_linear(Tensor& y, const Tensor& x, const quant::LinearPtr& layer, float beta) {
+  const auto& dense = quant::as_dense(*layer);
+  model::matmul_into(y, x, dense.weight(), beta);
+  y.add_(dense.bias());
+}
 
 // Reads tensors out of a checkpoint, checking shapes and remembering which names were used.
 class WeightReader {
@@ -69,6 +79,12 @@ class WeightReader {
   }
 
   bool has(const std::string& name) const { return ckpt_.find(name) != nullptr; }
+  // The checkpoint's name of an encoder tensor: with the "roberta." prefix or without.
+  std::string encoder_prefix() const {
+    return ckpt_.find("roberta.embeddings.word_embeddings.weight") != nullptr ? "roberta." : "";
+  }
+  const Checkpoint& checkpoint() const { return ckpt_; }
+  std::set<std::string>& used() { return used_; }
   void ignore(const std::string& name) { used_.insert(name); }
 
   // Everything not used must be one of the tensors HF ignores too.
@@ -117,7 +133,9 @@ struct RobertaModel::Impl {
   Buffer buf_qkv, buf_ctx, buf_inter, buf_scores;
   bool scale_folded = false;  // torch attention path: 1/sqrt(head_dim) is in the query weights
 
-  bool use_sgemm = false;  // float32 with oneDNN's sgemm (fixed at load)
+  bool use_sgemm = false;  // the raw-pointer float32 path (fixed at load): oneDNN's sgemm, or a quantized model
+  quant::QuantConfig quant;
+  std::string encoder_prefix;  // "roberta." when the checkpoint's encoder names carry it
   bool fast_fp32() const { return use_sgemm; }
 
   void check_batch(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch, std::int64_t seq) const {
@@ -186,7 +204,7 @@ struct RobertaModel::Impl {
         const float* rows = base + b * seq * 3 * H;
         at::parallel_for(0, nh, 1, [&](std::int64_t h0, std::int64_t h1) {
           for (std::int64_t h = h0; h < h1; ++h) {
-            model::sgemm('N', 'T', seq, seq, d, scale, rows + h * d, 3 * H, rows + H + h * d, 3 * H, 0.0f,
+            ops::sgemm('N', 'T', seq, seq, d, scale, rows + h * d, 3 * H, rows + H + h * d, 3 * H, 0.0f,
                          s + h * seq * seq, seq);
           }
         });
@@ -194,7 +212,7 @@ struct RobertaModel::Impl {
         at::_softmax_out(scores, scores, -1, false);
         at::parallel_for(0, nh, 1, [&](std::int64_t h0, std::int64_t h1) {
           for (std::int64_t h = h0; h < h1; ++h) {
-            model::sgemm('N', 'N', seq, d, seq, 1.0f, s + h * seq * seq, seq, rows + 2 * H + h * d, 3 * H, 0.0f,
+            ops::sgemm('N', 'N', seq, d, seq, 1.0f, s + h * seq * seq, seq, rows + 2 * H + h * d, 3 * H, 0.0f,
                          out + b * seq * H + h * d, H);
           }
         });
@@ -250,22 +268,33 @@ struct RobertaModel::Impl {
 
     for (const Layer& L : layers) {
       Tensor qkv = buf_qkv.get({M, 3 * H}, st);
-      model::matmul_into(qkv, h, L.qkv_w_t, 0.0f);
-      qkv.add_(L.qkv_b);
+      if (fast_fp32()) {
+        L.qkv->forward(h.data_ptr<float>(), M, H, qkv.data_ptr<float>(), 3 * H, 1.0f, 0.0f);
+      } else {
+        torch_linear(qkv, h, L.qkv, 0.0f);
+      }
       Tensor ctx = buf_ctx.get({M, H}, st);
       attention(qkv, mask_add, batch, seq, ctx);
       // h += ctx @ W_o + b_o (the residual is h itself: it is not needed afterwards)
-      model::matmul_into(h, ctx, L.attn_out_w_t, 1.0f);
-      h.add_(L.attn_out_b);
+      if (fast_fp32()) {
+        L.attn_out->forward(ctx.data_ptr<float>(), M, H, h.data_ptr<float>(), H, 1.0f, 1.0f);
+      } else {
+        torch_linear(h, ctx, L.attn_out, 1.0f);
+      }
       Tensor a = layer_norm(h, L.attn_ln_w, L.attn_ln_b);
       h = Tensor();
 
-      Tensor inter = buf_inter.get({M, cfg.intermediate_size}, st);
-      model::matmul_into(inter, a, L.inter_w_t, 0.0f);
-      inter.add_(L.inter_b);
-      activation_(inter);
-      model::matmul_into(a, inter, L.out_w_t, 1.0f);
-      a.add_(L.out_b);
+      const std::int64_t I = cfg.intermediate_size;
+      Tensor inter = buf_inter.get({M, I}, st);
+      if (fast_fp32()) {
+        L.inter->forward(a.data_ptr<float>(), M, H, inter.data_ptr<float>(), I, 1.0f, 0.0f);
+        activation_(inter);
+        L.out->forward(inter.data_ptr<float>(), M, I, a.data_ptr<float>(), H, 1.0f, 1.0f);
+      } else {
+        torch_linear(inter, a, L.inter, 0.0f);
+        activation_(inter);
+        torch_linear(a, inter, L.out, 1.0f);
+      }
       h = layer_norm(a, L.out_ln_w, L.out_ln_b);
       keep(h);
     }
@@ -279,7 +308,7 @@ struct RobertaModel::Impl {
       // A fresh buffer (contiguous() would alias the bias itself when m == 1).
       Tensor y = torch::empty({m, n}, b.options());
       y.copy_(b.view({1, n}).expand({m, n}));
-      model::sgemm('N', 'T', m, n, k, 1.0f, x.data_ptr<float>(), k, w.data_ptr<float>(), k, 1.0f, y.data_ptr<float>(),
+      ops::sgemm('N', 'T', m, n, k, 1.0f, x.data_ptr<float>(), k, w.data_ptr<float>(), k, 1.0f, y.data_ptr<float>(),
                    n);
       return y;
     }
@@ -290,7 +319,8 @@ struct RobertaModel::Impl {
 RobertaModel::RobertaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RobertaModel::~RobertaModel() = default;
 
-std::unique_ptr<RobertaModel> RobertaModel::load(const std::string& dir, DType dtype, Device device) {
+std::unique_ptr<RobertaModel> RobertaModel::load(const std::string& dir, DType dtype, Device device,
+                                                 const std::string& quantization_method) {
   model::require_cpu(device);
   model::tune_malloc_once();
   torch::InferenceMode guard;
@@ -301,14 +331,17 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const std::string& dir, DType d
   m.dtype = dtype;
   m.cfg = RobertaConfig::from_json_file((fs::path(dir) / "config.json").string());
   m.head = head_from_architectures(m.cfg.architectures, (fs::path(dir) / "config.json").string() + ": architectures");
+  m.quant = quant::read_quant_config(dir);
+  model::check_quantization(m.quant, quantization_method, dtype);
   m.st = dtype == DType::bf16 ? torch::kBFloat16 : torch::kFloat32;
-  m.use_sgemm = m.st == torch::kFloat32 && model::have_onednn_sgemm();
+  m.use_sgemm = m.st == torch::kFloat32 && (ops::have_onednn_sgemm() || m.quant.method != quant::Method::none);
 
   Checkpoint ckpt(dir);
   m.files = ckpt.files();
   WeightReader r(ckpt, m.st, dtype == DType::fp16);
   const auto& c = m.cfg;
   const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  m.encoder_prefix = r.encoder_prefix();
 
   m.word_emb = r.encoder("embeddings.word_embeddings.weight", {V, H});
   m.pos_emb = r.encoder("embeddings.position_embeddings.weight", {c.max_position_embeddings, H});
@@ -327,27 +360,27 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const std::string& dir, DType d
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "encoder.layer." + std::to_string(i) + ".";
     Layer L;
-    Tensor wq = r.encoder(p + "attention.self.query.weight", {H, H});
-    Tensor wk = r.encoder(p + "attention.self.key.weight", {H, H});
-    Tensor wv = r.encoder(p + "attention.self.value.weight", {H, H});
-    Tensor bq = r.encoder(p + "attention.self.query.bias", {H});
-    Tensor bk = r.encoder(p + "attention.self.key.bias", {H});
-    Tensor bv = r.encoder(p + "attention.self.value.bias", {H});
+    const model::LinearLoad how{r.checkpoint(), m.quant, m.st, dtype == DType::fp16, true, r.used()};
+    auto linear = [&](const std::string& name, std::int64_t in, std::int64_t out) {
+      return model::load_linear(how, m.encoder_prefix + p + name, in, out, true);
+    };
+    quant::LinearPtr q = linear("attention.self.query", H, H);
     if (m.scale_folded) {
+      // Only float layers reach here (quantized models take the sgemm path).
       const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim()));  // a power of two: exact
-      wq = wq * scale;
-      bq = bq * scale;
+      const auto& d = quant::as_dense(*q);
+      q = std::make_unique<quant::DenseLinear>(d.weight().t() * scale, d.bias() * scale, true);
     }
-    L.qkv_w_t = pre_transposed(torch::cat({wq, wk, wv}, 0));
-    L.qkv_b = torch::cat({bq, bk, bv}, 0);
-    L.attn_out_w_t = pre_transposed(r.encoder(p + "attention.output.dense.weight", {H, H}));
-    L.attn_out_b = r.encoder(p + "attention.output.dense.bias", {H});
+    std::vector<quant::LinearPtr> qkv;
+    qkv.push_back(std::move(q));
+    qkv.push_back(linear("attention.self.key", H, H));
+    qkv.push_back(linear("attention.self.value", H, H));
+    L.qkv = quant::concat_outputs(std::move(qkv));
+    L.attn_out = linear("attention.output.dense", H, H);
     L.attn_ln_w = ln(r.encoder(p + "attention.output.LayerNorm.weight", {H}));
     L.attn_ln_b = ln(r.encoder(p + "attention.output.LayerNorm.bias", {H}));
-    L.inter_w_t = pre_transposed(r.encoder(p + "intermediate.dense.weight", {I, H}));
-    L.inter_b = r.encoder(p + "intermediate.dense.bias", {I});
-    L.out_w_t = pre_transposed(r.encoder(p + "output.dense.weight", {H, I}));
-    L.out_b = r.encoder(p + "output.dense.bias", {H});
+    L.inter = linear("intermediate.dense", H, I);
+    L.out = linear("output.dense", I, H);
     L.out_ln_w = ln(r.encoder(p + "output.LayerNorm.weight", {H}));
     L.out_ln_b = ln(r.encoder(p + "output.LayerNorm.bias", {H}));
     m.layers.push_back(std::move(L));
@@ -377,6 +410,34 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const std::string& dir, DType d
 }
 
 const RobertaConfig& RobertaModel::config() const { return impl_->cfg; }
+
+std::vector<quant::LinearSite> RobertaModel::linear_sites() {
+  const std::int64_t H = impl_->cfg.hidden_size, I = impl_->cfg.intermediate_size;
+  std::vector<quant::LinearSite> sites;
+  for (std::size_t i = 0; i < impl_->layers.size(); ++i) {
+    const std::string p = impl_->encoder_prefix + "encoder.layer." + std::to_string(i) + ".";
+    Layer& L = impl_->layers[i];
+    sites.push_back({{p + "attention.self.query", p + "attention.self.key", p + "attention.self.value"}, {H, H, H}, L.qkv.get()});
+    sites.push_back({{p + "attention.output.dense"}, {H}, L.attn_out.get()});
+    sites.push_back({{p + "intermediate.dense"}, {I}, L.inter.get()});
+    sites.push_back({{p + "output.dense"}, {H}, L.out.get()});
+  }
+  return sites;
+}
+
+void RobertaModel::replace_linear(std::size_t site, quant::LinearPtr layer) {
+  if (site >= 4 * impl_->layers.size()) throw std::out_of_range("RobertaModel::replace_linear: no site " + std::to_string(site));
+  Layer& L = impl_->layers[site / 4];
+  quant::LinearPtr* slots[] = {&L.qkv, &L.attn_out, &L.inter, &L.out};
+  quant::LinearPtr& slot = *slots[site % 4];
+  if (layer->in_features() != slot->in_features() || layer->out_features() != slot->out_features()) {
+    throw std::invalid_argument("RobertaModel::replace_linear: features differ from the layer replaced");
+  }
+  if (!impl_->use_sgemm) throw std::logic_error("RobertaModel::replace_linear needs the float32 sgemm path");
+  slot = std::move(layer);
+}
+
+std::string RobertaModel::quantization() const { return impl_->quant.describe(); }
 RobertaHead RobertaModel::head() const { return impl_->head; }
 DType RobertaModel::dtype() const { return impl_->dtype; }
 const char* RobertaModel::compute_dtype() const { return impl_->st == torch::kBFloat16 ? "bfloat16" : "float32"; }

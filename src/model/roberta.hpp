@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "config/run_spec.hpp"
+#include "quant/linear.hpp"
 
 namespace evalrun {
 
@@ -65,12 +66,23 @@ class RobertaModel {
   // tensor must exist with the expected shape; unexpected tensors are an error except the ones HF
   // ignores (pooler, embeddings.position_ids, a tied lm_head.decoder.weight). Names may carry the
   // "roberta." prefix or not. Device cuda / aiu: InputError (not available in this build).
-  static std::unique_ptr<RobertaModel> load(const std::string& dir, DType dtype, Device device);
+  // Quantized checkpoints load as DecoderModel::load describes.
+  static std::unique_ptr<RobertaModel> load(const std::string& dir, DType dtype, Device device,
+                                            const std::string& quantization_method = "auto");
   ~RobertaModel();
   RobertaModel(const RobertaModel&) = delete;
   RobertaModel& operator=(const RobertaModel&) = delete;
 
   const RobertaConfig& config() const;
+
+  // The projections of the layers, for quantization tools (calibration, direct quantization, memory
+  // reports). Each site is one Linear the forward pass calls; it holds the checkpoint layers
+  // `prefixes` side by side (q | k | v), `part_out[i]` outputs each. replace_linear swaps one for a
+  // layer with the same in / out features (any storage: float32 only on the sgemm path).
+  std::vector<quant::LinearSite> linear_sites();
+  void replace_linear(std::size_t site, quant::LinearPtr layer);
+  // How the checkpoint's layers are stored ("none", "gptq w4 g32 asym act_order", ...).
+  std::string quantization() const;
   RobertaHead head() const;
   DType dtype() const;               // as requested
   const char* compute_dtype() const; // "float32" or "bfloat16": what the arithmetic runs in

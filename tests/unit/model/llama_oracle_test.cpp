@@ -16,7 +16,7 @@
 
 #include "io/hdf5_file.hpp"
 #include "io/safetensors.hpp"
-#include "model/gemm.hpp"
+#include "ops/gemm.hpp"
 #include "model/llama.hpp"
 #include "llama_test_util.hpp"
 #include "test_util.hpp"
@@ -168,9 +168,9 @@ TEST(LlamaOracle, TorchFallbackPathMatchesReference) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const std::string oracle = data + "/oracle/llama-gptq";
   const std::string dir = dequantized_checkpoint(oracle);
-  model::set_onednn_sgemm_enabled(false);
+  ops::set_onednn_sgemm_enabled(false);
   auto model = DecoderModel::load(dir, DType::fp32, Device::cpu);
-  model::set_onednn_sgemm_enabled(true);
+  ops::set_onednn_sgemm_enabled(true);
   const auto samples = read_samples(oracle);
   std::vector<std::vector<std::int64_t>> prompts;
   for (const auto& s : samples) prompts.push_back(s.input_ids);

@@ -16,7 +16,7 @@
 
 #include "common/errors.hpp"
 #include "io/safetensors.hpp"
-#include "model/gemm.hpp"
+#include "ops/gemm.hpp"
 #include "model/llama.hpp"
 #include "model/make_model.hpp"
 #include "llama_test_util.hpp"
@@ -292,9 +292,9 @@ TEST_F(TinyLlama, CachedDecodeMatchesFullRecompute) {
 
 TEST_F(TinyLlama, LeftPaddedBatchMatchesRowsAlone) {
   for (bool fast : {true, false}) {
-    model::set_onednn_sgemm_enabled(fast);
+    ops::set_onednn_sgemm_enabled(fast);
     auto model = DecoderModel::load(granite_dir(), DType::fp32, Device::cpu);
-    model::set_onednn_sgemm_enabled(true);
+    ops::set_onednn_sgemm_enabled(true);
     const std::vector<std::vector<std::int64_t>> prompts = {sequence(3, 1), sequence(11, 2), sequence(1, 3),
                                                             sequence(7, 4)};
     auto batched = testing::generate(*model, prompts, 6);
@@ -311,9 +311,9 @@ TEST_F(TinyLlama, LeftPaddedBatchMatchesRowsAlone) {
 
 TEST_F(TinyLlama, TorchFallbackPathMatchesOneDnnPath) {
   auto fast = DecoderModel::load(llama_dir(), DType::fp32, Device::cpu);
-  model::set_onednn_sgemm_enabled(false);
+  ops::set_onednn_sgemm_enabled(false);
   auto slow = DecoderModel::load(llama_dir(), DType::fp32, Device::cpu);
-  model::set_onednn_sgemm_enabled(true);
+  ops::set_onednn_sgemm_enabled(true);
   const auto ids = sequence(17, 9);
   EXPECT_LT(max_abs_diff(model_logits(*fast, ids), model_logits(*slow, ids)), 1e-5f);
   auto hf = fast->hidden_states(ids.data(), 1, 17), hs = slow->hidden_states(ids.data(), 1, 17);

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "io/hdf5_file.hpp"
-#include "model/gemm.hpp"
+#include "ops/gemm.hpp"
 #include "model/roberta.hpp"
 #include "test_util.hpp"
 
@@ -170,9 +170,9 @@ TEST(RobertaOracle, MaskedLmHiddenStatesAndLogitsMatchHuggingFace) {
 
   // The torch fallback path (no oneDNN sgemm; head_dim 16 folds the attention scale into the query
   // weights) and bfloat16 on the same padded batch.
-  model::set_onednn_sgemm_enabled(false);
+  ops::set_onednn_sgemm_enabled(false);
   auto slow = RobertaModel::load(dir, DType::fp32, Device::cpu);
-  model::set_onednn_sgemm_enabled(true);
+  ops::set_onednn_sgemm_enabled(true);
   slow->masked_lm(p.ids.data(), p.mask.data(), rows.size(), p.seq, pairs, logits);
   const float worst_slow = max_abs_diff(logits.data(), want.data(), want.size());
   EXPECT_LT(worst_slow, 1e-4f);

@@ -15,7 +15,7 @@
 
 #include "common/errors.hpp"
 #include "io/safetensors.hpp"
-#include "model/gemm.hpp"
+#include "ops/gemm.hpp"
 #include "model/make_model.hpp"
 #include "model/roberta.hpp"
 #include "test_util.hpp"
@@ -177,7 +177,7 @@ TEST_F(TinyRoberta, QuestionAnsweringMatchesNaiveTorchForward) {
 TEST_F(TinyRoberta, TorchFallbackPathMatchesOneDnnPath) {
   // float32 without oneDNN's sgemm (builds without libdnnl) takes the batched torch attention path.
   auto fast = RobertaModel::load(mlm_dir(), DType::fp32, Device::cpu);
-  model::set_onednn_sgemm_enabled(false);
+  ops::set_onednn_sgemm_enabled(false);
   auto slow = RobertaModel::load(mlm_dir(), DType::fp32, Device::cpu);
   const std::vector<std::int64_t> lens = {6, 14};
   const std::int64_t seq = 16;
@@ -189,7 +189,7 @@ TEST_F(TinyRoberta, TorchFallbackPathMatchesOneDnnPath) {
   std::vector<float> a, b;
   slow->masked_lm(ids.data(), mask.data(), 2, seq, {{0, 2}, {1, 9}}, b);
   auto hs_slow = slow->hidden_states(ids.data(), mask.data(), 2, seq);
-  model::set_onednn_sgemm_enabled(true);
+  ops::set_onednn_sgemm_enabled(true);
   fast->masked_lm(ids.data(), mask.data(), 2, seq, {{0, 2}, {1, 9}}, a);
   auto hs_fast = fast->hidden_states(ids.data(), mask.data(), 2, seq);
   EXPECT_LT(max_abs_diff(a, b), 1e-5f);

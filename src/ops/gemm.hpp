@@ -1,15 +1,13 @@
-// Matrix products used by the model, internal to src/model. Float32 products go to oneDNN's
+// Matrix products on raw row-major buffers. Float32 products go to oneDNN's
 // row-major sgemm when the build found libdnnl (the same library libtorch uses): this Debian
 // OpenBLAS misdetects the CPU of these VMs (as "Prescott", no AVX) unless OPENBLAS_CORETYPE is set
 // before the process starts, which makes at::mm about 6x slower than oneDNN here. Other dtypes
 // (bfloat16) go through at::mm / at::addmm, which libtorch routes to oneDNN itself.
 #pragma once
 
-#include <torch/torch.h>
-
 #include <cstdint>
 
-namespace evalrun::model {
+namespace evalrun::ops {
 
 // True when float32 products run on oneDNN's sgemm (false: at::mm / OpenBLAS fallback).
 bool have_onednn_sgemm();
@@ -21,8 +19,17 @@ void set_onednn_sgemm_enabled(bool enabled);
 void sgemm(char trans_a, char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
            std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc);
 
-// y[M,N] = beta * y + x[M,K] @ w_t[K,N]. All three contiguous, same dtype; w_t is the
-// pre-transposed weight. beta is 0 or 1.
-void matmul_into(torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& w_t, float beta);
+// True when the integer products below run on oneDNN (VNNI / AMX where the CPU has them); false: a
+// plain C++ loop (correct, slow), used when the build found no libdnnl.
+bool have_onednn_igemm();
 
-}  // namespace evalrun::model
+// Row-major int32 C[M,N] = (A[M,K] - a_zero) * op(B)[K,N], A unsigned 8-bit with one zero point,
+// B signed 8-bit; op = 'N' (B is [K,N]) or 'T' (B is [N,K]). Exact (int32 accumulation).
+void gemm_u8s8s32(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const std::uint8_t* a, std::int64_t lda,
+                  std::uint8_t a_zero, const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc);
+// The same with signed 8-bit A and no zero point.
+void gemm_s8s8s32(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a, std::int64_t lda,
+                  const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc);
+
+
+}  // namespace evalrun::ops

@@ -1,0 +1,40 @@
+// DenseLinear: float weights held as a torch tensor (float32, or bfloat16 for the torch compute path),
+// the layer every unquantized checkpoint loads into. Internal to the model and quant libraries.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "quant/linear.hpp"
+
+namespace evalrun::quant {
+
+class DenseLinear final : public Linear {
+ public:
+  // weight [out, in] and bias [out] (undefined tensor: none), already in the compute dtype.
+  // transposed = true stores W^T [in, out] (one row-major GEMM on the sgemm path); false keeps
+  // [out, in] (what at::linear reads fastest).
+  DenseLinear(const torch::Tensor& weight, const torch::Tensor& bias, bool transposed);
+
+  const torch::Tensor& weight() const { return weight_; }  // [in, out] if transposed() else [out, in]
+  const torch::Tensor& bias() const { return bias_; }      // undefined when none
+  bool transposed() const { return transposed_; }
+
+  // Float32 storage only (the sgemm path); the torch path uses weight() directly.
+  void forward(const float* x, std::int64_t M, std::int64_t ldx, float* y, std::int64_t ldy, float alpha,
+               float beta) override;
+  std::vector<float> weight_f32() const override;
+  std::vector<float> bias_f32() const override;
+  std::size_t resident_bytes() const override;
+  std::string describe() const override;
+  void export_tensors(const std::string& prefix, std::vector<TensorToWrite>& out) const override;
+
+ private:
+  torch::Tensor weight_, bias_;
+  bool transposed_;
+};
+
+// The DenseLinear inside `layer` (InputError-free: throws std::logic_error when the layer is
+// quantized, which the loaders rule out before the torch path runs).
+const DenseLinear& as_dense(const Linear& layer);
+
+}  // namespace evalrun::quant
