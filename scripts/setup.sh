@@ -9,7 +9,8 @@ packages=(build-essential cmake pkg-config ccache git dpkg-dev
   libtorch-dev libopenblas0-openmp
   libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
   libtoml11-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libgtest-dev
-  libprotobuf-dev protobuf-compiler libicu-dev)
+  libprotobuf-dev protobuf-compiler libicu-dev
+  chromium)  # headless Chromium renders the HTML reports in the tests
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -38,6 +39,16 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 bash "$root/scripts/build_sentencepiece.sh"
+
+# plotly.js, inlined into `evalrun compare --html` reports: pinned in tools/report/package-lock.json.
+if [ ! -f "$root/tools/report/node_modules/plotly.js-dist-min/plotly.min.js" ]; then
+  if ! command -v npm >/dev/null; then
+    echo "setup: installing npm"
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends npm >/dev/null
+  fi
+  echo "setup: npm ci in tools/report (plotly.js for the HTML reports)"
+  (cd "$root/tools/report" && npm ci --no-audit --no-fund --loglevel=error)
+fi
 
 build_dir=${EVALRUN_BUILD_DIR:-$root/build}
 cmake -S "$root" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release ${EVALRUN_CMAKE_ARGS:-} >/dev/null

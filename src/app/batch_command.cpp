@@ -21,8 +21,10 @@
 #include <string>
 #include <vector>
 
+#include "app/report_assets.hpp"
 #include "common/errors.hpp"
 #include "validate/compare.hpp"
+#include "validate/report.hpp"
 #include "validate/thresholds.hpp"
 
 extern char** environ;
@@ -89,6 +91,26 @@ std::string tail_of(const std::string& file, std::size_t max_lines) {
   for (std::size_t i = lines.size() > max_lines ? lines.size() - max_lines : 0; i < lines.size(); ++i)
     out += "    " + lines[i] + "\n";
   return out;
+}
+
+// "03-tiny-qa": the run's position and name, reduced to characters safe in a file name.
+std::string file_stem_for(const std::string& name, std::size_t index) {
+  char prefix[32];
+  std::snprintf(prefix, sizeof prefix, "%02zu-", index + 1);
+  std::string stem = prefix;
+  for (char ch : name) {
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+                    ch == '-' || ch == '_';
+    stem += ok ? ch : '_';
+  }
+  return stem;
+}
+
+void write_report(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) throw InputError(path, "cannot write the report");
 }
 
 std::string self_exe() {
@@ -205,9 +227,12 @@ int batch_command(int argc, char** argv) {
                "compare each result with its reference and print one summary table. Paths in the jobs file are "
                "relative to the current directory. Exit 0 when every run passes, 1 when one fails, 2 on bad input.",
                "evalrun batch"};
-  std::string jobs, keep;
+  std::string jobs, keep, reports;
   app.add_option("jobs", jobs, "jobs TOML file: [batch] name, ranks; [[run]] config, set, reference, thresholds")->required();
   app.add_option("--outputs", keep, "keep each run's result file in this directory (default: a temporary one, removed)");
+  app.add_option("--reports", reports,
+                 "write each run's comparison here as NAME.md, NAME.json and NAME.html (plots); failing runs' "
+                 "summaries are printed either way");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -215,6 +240,13 @@ int batch_command(int argc, char** argv) {
   }
   const BatchSpec spec = load_batch_spec(jobs);
   const std::string exe = self_exe();
+  std::string plotly;
+  if (!reports.empty()) {
+    plotly = load_plotly_js("--reports");
+    std::error_code ec;
+    fs::create_directories(reports, ec);
+    if (!fs::is_directory(reports)) throw InputError(reports, "cannot create the reports directory");
+  }
 
   fs::path dir;
   if (keep.empty()) {
@@ -269,6 +301,16 @@ int batch_command(int argc, char** argv) {
         row.result = c.passed() ? "PASS" : "FAIL";
         row.status = c.passed() ? kExitOk : kExitFailed;
         for (const auto& m : c.failed_metrics()) row.failing += (row.failing.empty() ? "" : ", ") + m;
+        if (!c.passed()) {
+          std::fprintf(stderr, "evalrun batch: run '%s' FAILED against %s:\n%s", run.name.c_str(), run.reference.c_str(),
+                       render_summary(c).c_str());
+        }
+        if (!reports.empty()) {
+          const fs::path base = fs::path(reports) / file_stem_for(run.name, i);
+          write_report(base.string() + ".md", render_markdown(c));
+          write_report(base.string() + ".json", render_json(c));
+          write_report(base.string() + ".html", render_html(c, plotly));
+        }
       } catch (const InputError& e) {
         row.status = kExitBadInput;
         row.result = "CANNOT COMPARE";

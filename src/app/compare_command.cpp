@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "app/report_assets.hpp"
 #include "common/errors.hpp"
 #include "validate/compare.hpp"
 #include "validate/report.hpp"
@@ -29,19 +30,22 @@ int compare_command(int argc, char** argv) {
                "Thresholds (defaults; override any in a TOML file of [task] tables):\n" +
                    describe_thresholds(),
                "evalrun compare"};
-  std::string reference, candidate, thresholds_path, report, json;
+  std::string reference, candidate, thresholds_path, report, json, html;
   app.add_option("reference", reference, "reference result file (.h5)")->required();
   app.add_option("candidate", candidate, "candidate result file (.h5)")->required();
   app.add_option("--thresholds", thresholds_path, "TOML file overriding thresholds, e.g. [qa] max_logit_diff = 1e-3");
   app.add_option("--report", report, "write a Markdown report here");
   app.add_option("--json", json, "write a JSON report here");
+  app.add_option("--html", html, "write a self-contained HTML report with plots here (open it in a browser)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : kExitBadInput;
   }
   const Thresholds thresholds = thresholds_path.empty() ? Thresholds() : Thresholds::load(thresholds_path);
+  const std::string plotly = html.empty() ? std::string() : load_plotly_js("--html");  // fail before the work
   const Comparison c = compare_results(reference, candidate, thresholds);
+  if (!html.empty()) write_text(html, render_html(c, plotly));
   if (!report.empty()) write_text(report, render_markdown(c));
   if (!json.empty()) write_text(json, render_json(c));
   std::fputs(render_summary(c).c_str(), stdout);

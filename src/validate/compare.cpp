@@ -28,6 +28,40 @@ std::vector<std::string> Comparison::failed_metrics() const {
   return out;
 }
 
+std::size_t DiffHistogram::total() const {
+  return std::accumulate(counts.begin(), counts.end(), std::size_t{0}) + zeros + non_finite;
+}
+
+DiffHistogram DiffHistogram::of(const std::string& title, const std::vector<double>& values, std::size_t bins) {
+  DiffHistogram h;
+  h.title = title;
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (double v : values) {
+    if (!std::isfinite(v)) continue;
+    if (v == 0) continue;
+    lo = std::min(lo, std::log10(std::fabs(v)));
+    hi = std::max(hi, std::log10(std::fabs(v)));
+  }
+  for (double v : values) {
+    if (!std::isfinite(v)) ++h.non_finite;
+    else if (v == 0) ++h.zeros;
+  }
+  if (lo > hi) return h;  // nothing but zeros / non-finite values
+  // Quarter-decade-aligned range a little wider than the data, so a single value still gets a bin.
+  lo = std::floor(lo * 4) / 4;
+  hi = std::max(std::ceil(hi * 4) / 4, lo + 0.25);
+  h.log10_edges.resize(bins + 1);
+  for (std::size_t i = 0; i <= bins; ++i) h.log10_edges[i] = lo + (hi - lo) * static_cast<double>(i) / static_cast<double>(bins);
+  h.counts.assign(bins, 0);
+  for (double v : values) {
+    if (!std::isfinite(v) || v == 0) continue;
+    const double x = std::log10(std::fabs(v));
+    auto b = static_cast<std::size_t>((x - lo) / (hi - lo) * static_cast<double>(bins));
+    ++h.counts[std::min(b, bins - 1)];
+  }
+  return h;
+}
+
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -206,7 +240,17 @@ void compare_generate(const H5Reader& ref, const H5Reader& cand, const std::vect
   const double diff_limit = b.t.get("generate", "softmax_diff_per_token");
 
   std::size_t mismatched = 0, total = 0, identical = 0, compared = 0, failed = 0, unshared = 0;
-  std::vector<double> ces, kls, diffs;
+  std::vector<double> ces, kls, diffs, logit_diffs;
+  PositionSeries& series = b.c.by_position;
+  auto at_position = [&](std::size_t s) {
+    if (series.position.size() <= s) {
+      for (std::size_t k = series.position.size(); k <= s; ++k) series.position.push_back(k);
+      series.compared.resize(s + 1, 0);
+      series.failure_rate.resize(s + 1, 0.0);  // counts until the end, then divided
+      series.ce_mean.resize(s + 1, 0.0);
+      series.ce_excess_mean.resize(s + 1, 0.0);
+    }
+  };
   b.c.sample_columns = {"first divergence", "tokens ref/cand", "compared", "failing", "max CE-H", "max |dp|"};
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const auto p = common_prefix(ga[i], gb[i]);
@@ -231,6 +275,7 @@ void compare_generate(const H5Reader& ref, const H5Reader& cand, const std::vect
         if (restricted_logits(la, static_cast<std::int64_t>(oa[i] + s), lb, static_cast<std::int64_t>(ob[i] + s),
                               kTopK, r, c)) {
           d = token_divergence(r, c);
+          for (std::size_t j = 0; j < r.size(); ++j) logit_diffs.push_back(std::fabs(r[j] - c[j]));
         } else {
           ++unshared;
           d = token_divergence({}, {});  // infinite: no shared id
@@ -240,7 +285,13 @@ void compare_generate(const H5Reader& ref, const H5Reader& cand, const std::vect
         diffs.push_back(d.mean_abs_prob_diff);
         worst_kl = std::max(worst_kl, d.kl);
         worst_diff = std::max(worst_diff, d.mean_abs_prob_diff);
-        if (!(d.kl <= ce_limit) || !(d.mean_abs_prob_diff <= diff_limit)) ++n_fail;
+        const bool bad = !(d.kl <= ce_limit) || !(d.mean_abs_prob_diff <= diff_limit);
+        if (bad) ++n_fail;
+        at_position(s);
+        ++series.compared[s];
+        series.failure_rate[s] += bad;
+        series.ce_mean[s] += d.cross_entropy;
+        series.ce_excess_mean[s] += d.kl;
       }
     }
     compared += n_cmp;
@@ -259,6 +310,7 @@ void compare_generate(const H5Reader& ref, const H5Reader& cand, const std::vect
   b.info("identical_samples", ids.empty() ? 1.0 : static_cast<double>(identical) / static_cast<double>(ids.size()),
          "share of prompts whose generated ids are identical");
   if (!level1) {
+    series = PositionSeries();
     if (la.present() || lb.present())
       b.note(std::string("only level 0 (token equality): the ") + (la.present() ? "candidate" : "reference") +
              " has no logits (output.logits = none)");
@@ -277,6 +329,14 @@ void compare_generate(const H5Reader& ref, const H5Reader& cand, const std::vect
   b.info("compared_tokens", static_cast<double>(compared), "steps compared at level 1");
   b.c.per_token["ce_per_token"] = kls;
   b.c.per_token["softmax_diff_per_token"] = diffs;
+  for (std::size_t s = 0; s < series.position.size(); ++s) {
+    const double n = static_cast<double>(std::max<std::size_t>(series.compared[s], 1));
+    series.failure_rate[s] /= n;
+    series.ce_mean[s] /= n;
+    series.ce_excess_mean[s] /= n;
+  }
+  b.c.histograms.push_back(DiffHistogram::of("|logit difference| over the reference's top-k (compared steps)", logit_diffs));
+  b.c.histograms.push_back(DiffHistogram::of("per-token mean |softmax difference|", diffs));
   b.info("ce_mean", mean(ces), "mean cross entropy -sum p_ref log p_cand over the top-k");
   b.info("ce_excess_mean", mean(kls), "mean of CE - H(ref) (= KL over the top-k)");
   b.info("ce_excess_max", kls.empty() ? 0.0 : *std::max_element(kls.begin(), kls.end()),
@@ -306,6 +366,7 @@ void compare_qa(const H5Reader& ref, const H5Reader& cand, const std::vector<std
   if (full) {
     double sum = 0, mx = 0;
     std::size_t n = 0;
+    std::vector<double> all;
     for (const char* g : {"/logits/start_logits", "/logits/end_logits"}) {
       const auto a = ref.read_ragged_f32(g), c = cand.read_ragged_f32(g);
       if (a.size() != c.size() || a.size() != example.size())
@@ -318,12 +379,14 @@ void compare_qa(const H5Reader& ref, const H5Reader& cand, const std::vector<std
           sum += d;
           mx = std::max(mx, d);
           ++n;
+          all.push_back(d);
           if (example[f] < worst.size()) worst[example[f]] = std::max(worst[example[f]], d);
         }
       }
     }
     b.check("max_logit_diff", mx, "max_logit_diff");
     b.check("mean_logit_diff", n ? sum / static_cast<double>(n) : 0.0, "mean_logit_diff");
+    b.c.histograms.push_back(DiffHistogram::of("|start/end logit difference| (every token of every feature)", all));
   } else {
     b.note("start/end logit differences need output.logits = \"full\" in both files; not compared");
   }
@@ -373,8 +436,10 @@ void compare_mlm(const H5Reader& ref, const H5Reader& cand, const std::vector<st
     const auto a = ref.read_f32("/logits/mask_logits"), c = cand.read_f32("/logits/mask_logits");
     const std::size_t v = m ? a.size() / m : 0;
     double sum = 0, mx = 0;
+    std::vector<double> all(a.size());
     for (std::size_t i = 0; i < a.size(); ++i) {
       const double d = std::fabs(static_cast<double>(a[i]) - c[i]);
+      all[i] = d;
       sum += d;
       mx = std::max(mx, d);
       const std::size_t s = sample[i / v];
@@ -382,6 +447,7 @@ void compare_mlm(const H5Reader& ref, const H5Reader& cand, const std::vector<st
     }
     b.check("max_logit_diff", mx, "max_logit_diff");
     b.check("mean_logit_diff", a.empty() ? 0.0 : sum / static_cast<double>(a.size()), "mean_logit_diff");
+    b.c.histograms.push_back(DiffHistogram::of("|logit difference| at the masks (whole vocabulary)", all));
   } else {
     b.note("mask logit differences need output.logits = \"full\" in both files; not compared");
   }
@@ -442,6 +508,7 @@ void compare_perplexity(const H5Reader& ref, const H5Reader& cand, const std::ve
   for (std::size_t i = 0; i < pos.size(); ++i) dlp[i] = std::fabs(lpb[i] - lpa[i]);
   b.check("logprob_diff_mean", pos.empty() ? 0.0 : mean(dlp), "logprob_diff_mean");
   b.check("logprob_diff_p99", pos.empty() ? 0.0 : percentile(dlp, 99), "logprob_diff_p99");
+  b.c.histograms.push_back(DiffHistogram::of("|log-prob difference| per scored token", dlp));
 
   const LogitRows la = load_logits(ref, "/logits/full", "/logits/topk");
   const LogitRows lb = load_logits(cand, "/logits/full", "/logits/topk");
@@ -470,6 +537,7 @@ void compare_perplexity(const H5Reader& ref, const H5Reader& cand, const std::ve
       agree += same_top[i];
     }
     b.check("kl_mean", mean(kl), "kl_mean");
+    b.c.histograms.push_back(DiffHistogram::of("KL(ref || cand) per scored token", kl));
     b.info("kl_median", percentile(kl, 50), "median per-token KL(ref || cand)");
     b.check("kl_p99", percentile(kl, 99), "kl_p99");
     b.check("top1_agreement", pos.empty() ? 1.0 : static_cast<double>(agree) / static_cast<double>(pos.size()),

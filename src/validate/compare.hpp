@@ -29,6 +29,28 @@ struct SampleRow {
   std::pair<double, double> badness{0, 0};  // rows are listed worst (largest) first
 };
 
+// A histogram of non-negative differences on a log10 scale (they span many magnitudes); exact zeros
+// are counted apart, since they have no logarithm and identical runs give nothing else.
+struct DiffHistogram {
+  std::string title;              // "|start/end logit difference|"
+  std::vector<double> log10_edges;  // bins [edges[i], edges[i+1]) of log10(|diff|)
+  std::vector<std::size_t> counts;
+  std::size_t zeros = 0;
+  std::size_t non_finite = 0;
+  std::size_t total() const;
+  // Bins `values` (|diff| >= 0) into `bins` equal log10 bins spanning their smallest to largest non-zero value.
+  static DiffHistogram of(const std::string& title, const std::vector<double>& values, std::size_t bins = 40);
+};
+
+// generate, level 1: the compared steps grouped by their index in the generated sequence.
+struct PositionSeries {
+  std::vector<std::size_t> position;     // step index (0 = first generated token)
+  std::vector<std::size_t> compared;     // steps compared at that index (over all samples)
+  std::vector<double> failure_rate;      // share of them over a per-token limit
+  std::vector<double> ce_mean;           // mean cross entropy -sum p_ref log p_cand
+  std::vector<double> ce_excess_mean;    // mean CE - H(ref)
+};
+
 struct Comparison {
   std::string task;
   std::string reference, candidate;  // paths
@@ -43,6 +65,9 @@ struct Comparison {
   // Per-token values behind a per-token limit, keyed by threshold key (generate: ce_per_token,
   // softmax_diff_per_token), so `evalrun thresholds` can derive limits from their distribution.
   std::map<std::string, std::vector<double>> per_token;
+  // Behind the HTML report's plots.
+  std::vector<DiffHistogram> histograms;
+  PositionSeries by_position;  // generate level 1 only; empty otherwise
   bool passed() const;
   std::vector<std::string> failed_metrics() const;
 };

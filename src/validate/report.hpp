@@ -14,5 +14,10 @@ std::string render_summary(const Comparison& c, std::size_t worst_rows = 5);
 std::string render_markdown(const Comparison& c, std::size_t max_rows = 200);
 // Everything, every row (non-finite numbers become null).
 std::string render_json(const Comparison& c);
+// One self-contained HTML page: verdict, metrics with their limits, notes, plots (failure rate and
+// cross entropy by token position for generate, histograms of the differences), and the per-sample
+// table (at most `max_rows`, worst first). `plotly_js` is the text of plotly.min.js, inlined so the
+// page needs no network; the page sets data-plots-rendered on <body> to the number of plots drawn.
+std::string render_html(const Comparison& c, const std::string& plotly_js, std::size_t max_rows = 500);
 
 }  // namespace evalrun

@@ -75,6 +75,44 @@ class Compare : public ::testing::Test {
     w.commit();
   }
 
+  // A copy of a generate result whose first step of every prompt is inverted and sharpened (the tiny
+  // random model is nearly flat): the tokens are kept, the logits disagree.
+  static void write_perturbed_generate(const std::string& from, const std::string& to) {
+    H5Reader in(path(from));
+    H5Writer w(path(to));
+    for (const char* a : {"format_version", "task", "dtype"}) w.set_attr("/", a, in.attr_string("/", a));
+    w.write_strings("/samples/id", in.read_strings("/samples/id"));
+    w.write_ragged("/samples/prompt_ids", in.read_ragged_i64("/samples/prompt_ids"));
+    w.write_ragged("/generated/ids", in.read_ragged_i64("/generated/ids"));
+    const auto shape = in.shape("/logits/step_logits");
+    auto logits = in.read_f32("/logits/step_logits");
+    const auto offsets = in.read_u64("/logits/step_offsets");
+    for (std::size_t i = 0; i + 1 < offsets.size(); ++i) {
+      float* row = logits.data() + offsets[i] * shape[1];
+      for (std::int64_t v = 0; v < shape[1]; ++v) row[v] *= -20.0F;
+    }
+    w.write(std::string("/logits/step_logits"), logits, shape);
+    w.write("/logits/step_offsets", offsets);
+    w.commit();
+  }
+
+  // The DOM of an HTML file after headless Chromium ran its scripts (as root it needs --no-sandbox;
+  // the network flags keep it from trying to reach Google's hosts on this closed network).
+  static std::string rendered_dom(const std::string& html) {
+    const fs::path profile = dir_ / "chromium-profile";
+    const auto r = run_process("timeout 120 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
+                               "--disable-background-networking --disable-component-update --disable-sync "
+                               "--user-data-dir=" + profile.string() + " --dump-dom file://" + path(html) + " 2>/dev/null");
+    EXPECT_EQ(r.exit_code, 0) << "headless chromium failed (scripts/setup.sh installs Debian's chromium)";
+    return r.output;
+  }
+
+  static std::size_t count(const std::string& text, const std::string& what) {
+    std::size_t n = 0;
+    for (auto p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+    return n;
+  }
+
   static inline fs::path dir_;
 };
 
@@ -128,27 +166,38 @@ TEST_F(Compare, GenerateSameModelTwiceAgreesAndPerturbedStepFails) {
   auto r = compare("g1.h5", "g2.h5");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("failure_rate"), std::string::npos) << r.output;
-  {
-    // invert and sharpen the first step of every prompt (the tiny random model is nearly flat): the
-    // tokens are kept, the logits disagree
-    H5Reader in(path("g1.h5"));
-    H5Writer w(path("g-perturbed.h5"));
-    for (const char* a : {"format_version", "task", "dtype"}) w.set_attr("/", a, in.attr_string("/", a));
-    w.write_strings("/samples/id", in.read_strings("/samples/id"));
-    w.write_ragged("/samples/prompt_ids", in.read_ragged_i64("/samples/prompt_ids"));
-    w.write_ragged("/generated/ids", in.read_ragged_i64("/generated/ids"));
-    const auto shape = in.shape("/logits/step_logits");
-    auto logits = in.read_f32("/logits/step_logits");
-    const auto offsets = in.read_u64("/logits/step_offsets");
-    for (std::size_t i = 0; i + 1 < offsets.size(); ++i) {
-      float* row = logits.data() + offsets[i] * shape[1];
-      for (std::int64_t v = 0; v < shape[1]; ++v) row[v] *= -20.0F;
-    }
-    w.write(std::string("/logits/step_logits"), logits, shape);
-    w.write("/logits/step_offsets", offsets);
-    w.commit();
-  }
+  write_perturbed_generate("g1.h5", "g-perturbed.h5");
   r = compare("g1.h5", "g-perturbed.h5");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("RESULT: FAIL (failure_rate)"), std::string::npos) << r.output;
+}
+
+TEST_F(Compare, HtmlReportRendersItsPlotsInHeadlessChromium) {
+  // generate: failure rate and cross entropy by position, two histograms
+  write_perturbed_generate("g1.h5", "g-perturbed.h5");
+  auto r = compare("g1.h5", "g-perturbed.h5", "--html " + path("g.html"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  std::string dom = rendered_dom("g.html");
+  EXPECT_NE(dom.find("data-plots-rendered=\"4\""), std::string::npos) << dom.substr(0, 2000);
+  EXPECT_GE(count(dom, "class=\"main-svg\""), 4u);  // Plotly drew SVG for each plot
+  EXPECT_NE(dom.find("Failure rate by token position"), std::string::npos);
+  EXPECT_NE(dom.find(">FAIL (failure_rate)</span>"), std::string::npos);
+
+  // qa: one histogram of logit differences; the per-sample table names the questions
+  copy_qa("qa1.h5", "qa-perturbed.h5", [](auto& rows) { rows.at(2).at(5) += 0.5F; }, [](auto&) {});
+  r = compare("qa1.h5", "qa-perturbed.h5", "--html " + path("qa.html"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  dom = rendered_dom("qa.html");
+  EXPECT_NE(dom.find("data-plots-rendered=\"1\""), std::string::npos) << dom.substr(0, 2000);
+  EXPECT_NE(dom.find("start/end logit difference"), std::string::npos);
+  EXPECT_NE(dom.find(">FAIL (max_logit_diff"), std::string::npos);
+}
+
+TEST_F(Compare, HtmlReportWithoutThePlottingLibraryIsBadInput) {
+  auto r = run_process("EVALRUN_PLOTLY_JS=" + path("missing/plotly.min.js") + " " + kBin + " compare " + path("qa1.h5") +
+                       " " + path("qa2.h5") + " --html " + path("x.html"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--html"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("missing/plotly.min.js"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(path("x.html")));
 }
