@@ -385,6 +385,9 @@ class DecoderFlow : public TaskFlow {
                                              ") exceeds the context length (" + std::to_string(context_) + ")");
     }
     all_windows_ = make_perplexity_windows(static_cast<std::int64_t>(tokens_.size()), context_, spec.task.stride);
+    if (spec.task.max_samples > 0 && static_cast<std::size_t>(spec.task.max_samples) < all_windows_.size()) {
+      all_windows_.resize(static_cast<std::size_t>(spec.task.max_samples));  // the first N windows only
+    }
     std::vector<std::int64_t> cost;
     for (const auto& w : all_windows_) cost.push_back(w.end - w.begin);
     PreparedWork work;

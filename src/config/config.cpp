@@ -116,7 +116,7 @@ const std::vector<KeySpec>& key_specs() {
        .help = "sequences per forward pass on each rank (results do not depend on it)",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.batch_size = static_cast<int>(v.i); }},
       {.section = "task", .key = "max_samples", .kind = Kind::integer, .max = kI64Max, .default_note = "0",
-       .help = "0 = every example; otherwise the first N examples in file order",
+       .help = "0 = every example; otherwise the first N examples in file order (perplexity: the first N windows)",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.max_samples = v.i; }},
       {.section = "task", .key = "max_seq_length", .kind = Kind::integer, .min = 16, .max = 8192, .applies = kEncoders, .default_note = "384",
        .help = "encoders: tokens per sequence (question + context for qa)",

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The numerics regression CI runs: float32 runs of the demo's tiny models (and of stories260K when
+# EVALRUN_DATA_DIR points at the shared data) compared with the references committed under
+# tests/regression/ by `evalrun batch`. Exit status as evalrun batch: 0 pass, 1 a run moved, 2 bad input.
+#   scripts/regression.sh [--update] [--reports DIR]
+# --update rewrites the references from this build (after an intended numerics change; commit them).
+# Reports (Markdown, JSON, HTML with plots) go to results/regression-reports unless --reports says.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+bin=${EVALRUN_BIN:-${EVALRUN_BUILD_DIR:-$root/build}/src/app/evalrun}
+update=0
+reports=results/regression-reports
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --update) update=1 ;;
+    --reports) reports=$2; shift ;;
+    *) echo "usage: scripts/regression.sh [--update] [--reports DIR]" >&2; exit 2 ;;
+  esac
+  shift
+done
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+# The demo models, as scripts/demo.sh makes them (fixed seeds: the same weights on every machine).
+[ -f demo/tiny-roberta-qa/model.safetensors ] || "$bin" make-model --head qa --preset tiny --seed 1 --out demo/tiny-roberta-qa
+[ -f demo/tiny-roberta-mlm/model.safetensors ] || "$bin" make-model --head mlm --preset tiny --seed 1 --out demo/tiny-roberta-mlm
+[ -f demo/tiny-llama/model.safetensors ] || "$bin" make-model --preset tiny-llama --seed 1 --out demo/tiny-llama
+
+jobs=(jobs/ci.toml)
+if [ -n "${EVALRUN_DATA_DIR:-}" ]; then
+  jobs+=(jobs/ci_stories.toml)
+else
+  echo "regression: EVALRUN_DATA_DIR is not set: skipping jobs/ci_stories.toml (stories260K)"
+fi
+
+if [ "$update" = 1 ]; then
+  # Each run of the jobs files, once, as evalrun batch would run it, written over its reference.
+  for j in "${jobs[@]}"; do
+    python3 - "$j" "$bin" <<'PY'
+import subprocess, sys, tomllib
+jobs, exe = sys.argv[1], sys.argv[2]
+spec = tomllib.load(open(jobs, "rb"))
+ranks = spec.get("batch", {}).get("ranks", 0)
+for run in spec["run"]:
+    cmd = ["mpirun", "-n", str(ranks), "--bind-to", "none", "--oversubscribe"] if ranks else []
+    cmd += [exe, run["config"]]
+    for o in run.get("set", []) + ["output.path=" + run["reference"]]:
+        cmd += ["--set", o]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    print("regression: wrote", run["reference"])
+PY
+  done
+fi
+
+status=0
+for j in "${jobs[@]}"; do
+  "$bin" batch "$j" --reports "$reports" || status=$?
+done
+echo "regression: reports in $reports"
+exit $status
