@@ -112,6 +112,20 @@ TEST_F(DecoderRun, PerplexityIndependentOfRanksAndBatch) {
   EXPECT_GT(a.attr_double("/metrics", "perplexity"), 1.0);
 }
 
+TEST_F(DecoderRun, PerplexityMaxSamplesScoresTheFirstWindowsOnly) {
+  const auto all = run("ppl.toml", 1, "p-all.h5", "");
+  const auto two = run("ppl.toml", 2, "p-two.h5", "--set task.max_samples=2");
+  H5Reader a(all), b(two);
+  // context 48, stride 20: window 1 scores positions 1..47, window 2 the next 20 (48..67)
+  const auto pos = b.read_i64("/scores/position");
+  ASSERT_EQ(pos.size(), 67u);
+  EXPECT_EQ(pos.front(), 1);
+  EXPECT_EQ(pos.back(), 67);
+  const auto la = a.read_f64("/scores/log_prob"), lb = b.read_f64("/scores/log_prob");
+  ASSERT_GT(la.size(), lb.size());
+  for (std::size_t i = 0; i < lb.size(); ++i) EXPECT_NEAR(la[i], lb[i], 1e-5) << i;
+}
+
 TEST_F(DecoderRun, FixedPromptLengthTooShortNamesThePrompt) {
   auto r = run_process(mpirun(2) + kBin + " " + (dir_ / "tiny-llama.toml").string() +
                        " --set task.fixed_prompt_length=8 --set output.path=" + (dir_ / "never.h5").string());
