@@ -10,7 +10,8 @@ packages=(build-essential cmake pkg-config ccache git dpkg-dev
   libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
   libtoml11-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libgtest-dev
   libprotobuf-dev protobuf-compiler libicu-dev
-  chromium)  # headless Chromium renders the HTML reports in the tests
+  chromium   # headless Chromium renders the HTML reports in the tests
+  slurm-wlm) # the Slurm test starts a single-node cluster of its own
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

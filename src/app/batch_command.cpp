@@ -113,12 +113,18 @@ void write_report(const std::string& path, const std::string& text) {
   if (!out) throw InputError(path, "cannot write the report");
 }
 
-std::string self_exe() {
-  std::error_code ec;
-  const auto p = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) throw std::runtime_error("cannot resolve /proc/self/exe: " + ec.message());
-  return p.string();
+// How a run with `ranks` ranks is started: srun inside a Slurm job (it knows the allocation; PMIx is how
+// Open MPI ranks find each other under srun), mpirun elsewhere. EVALRUN_LAUNCHER=srun|mpirun overrides.
+std::vector<std::string> launcher_args(int ranks) {
+  const char* forced = std::getenv("EVALRUN_LAUNCHER");
+  std::string launcher = forced != nullptr && *forced != '\0' ? forced : (std::getenv("SLURM_JOB_ID") ? "srun" : "mpirun");
+  if (launcher == "srun") return {"srun", "--mpi=pmix", "-n", std::to_string(ranks)};
+  if (launcher != "mpirun") throw InputError("EVALRUN_LAUNCHER", "'" + launcher + "' is not a launcher (srun or mpirun)");
+  std::vector<std::string> args = {"mpirun", "-n", std::to_string(ranks), "--bind-to", "none", "--oversubscribe"};
+  if (::geteuid() == 0) args.push_back("--allow-run-as-root");
+  return args;
 }
+
 
 struct Row {
   std::string run, task = "?", result, failing, seconds;
@@ -222,23 +228,50 @@ BatchSpec load_batch_spec(const std::string& path) {
   return spec;
 }
 
+std::string self_exe() {
+  std::error_code ec;
+  const auto p = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) throw std::runtime_error("cannot resolve /proc/self/exe: " + ec.message());
+  return p.string();
+}
+
 int batch_command(int argc, char** argv) {
   CLI::App app{"Run every [[run]] of a jobs file (config + overrides, under mpirun when [batch] ranks is set), "
                "compare each result with its reference and print one summary table. Paths in the jobs file are "
                "relative to the current directory. Exit 0 when every run passes, 1 when one fails, 2 on bad input.",
                "evalrun batch"};
   std::string jobs, keep, reports;
+  std::vector<std::size_t> only;
+  bool no_compare = false, compare_only = false;
   app.add_option("jobs", jobs, "jobs TOML file: [batch] name, ranks; [[run]] config, set, reference, thresholds")->required();
   app.add_option("--outputs", keep, "keep each run's result file in this directory (default: a temporary one, removed)");
   app.add_option("--reports", reports,
                  "write each run's comparison here as NAME.md, NAME.json and NAME.html (plots); failing runs' "
                  "summaries are printed either way");
+  app.add_option("--only", only, "run only these runs (1-based positions in the jobs file; e.g. one Slurm array task)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  auto* run_only = app.add_flag("--no-compare", no_compare,
+                                "run and keep the results (needs --outputs), compare nothing; exit 0 when every run succeeded");
+  app.add_flag("--compare-only", compare_only,
+               "run nothing: compare the results an earlier --no-compare left in --outputs (runN.h5)")
+      ->excludes(run_only);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : kExitBadInput;
   }
+  if ((no_compare || compare_only) && keep.empty()) {
+    throw InputError(no_compare ? "--no-compare" : "--compare-only", "needs --outputs DIR (where the results are kept)");
+  }
   const BatchSpec spec = load_batch_spec(jobs);
+  for (std::size_t k : only) {
+    if (k > spec.runs.size()) {
+      throw InputError("--only", "run " + std::to_string(k) + " does not exist: " + jobs + " has " +
+                                     std::to_string(spec.runs.size()) + " run(s)");
+    }
+  }
+  auto selected = [&](std::size_t i) { return only.empty() || std::find(only.begin(), only.end(), i + 1) != only.end(); };
   const std::string exe = self_exe();
   std::string plotly;
   if (!reports.empty()) {
@@ -268,10 +301,7 @@ int batch_command(int argc, char** argv) {
     const std::string out = (dir / ("run" + std::to_string(i + 1) + ".h5")).string();
     const std::string log = (dir / ("run" + std::to_string(i + 1) + ".log")).string();
     std::vector<std::string> args;
-    if (spec.ranks > 0) {
-      args = {"mpirun", "-n", std::to_string(spec.ranks), "--bind-to", "none", "--oversubscribe"};
-      if (::geteuid() == 0) args.push_back("--allow-run-as-root");
-    }
+    if (spec.ranks > 0) args = launcher_args(spec.ranks);
     args.push_back(exe);
     args.push_back(run.config);
     for (const auto& o : run.overrides) {
@@ -280,9 +310,18 @@ int batch_command(int argc, char** argv) {
     }
     args.push_back("--set");
     args.push_back("output.path=" + out);
-    std::fprintf(stderr, "evalrun batch: [%zu/%zu] %s\n", i + 1, spec.runs.size(), run.name.c_str());
+    if (!selected(i)) continue;
+    int code = 0;
     const auto t0 = std::chrono::steady_clock::now();
-    const int code = spawn_and_wait(args, log);
+    if (compare_only) {
+      if (!fs::exists(out)) {
+        code = kExitFailed;
+        std::ofstream(log, std::ios::app) << "evalrun batch: no result " << out << " (the run did not finish)\n";
+      }
+    } else {
+      std::fprintf(stderr, "evalrun batch: [%zu/%zu] %s\n", i + 1, spec.runs.size(), run.name.c_str());
+      code = spawn_and_wait(args, log);
+    }
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.1f",
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -290,9 +329,12 @@ int batch_command(int argc, char** argv) {
     if (code != 0) {
       row.status = code == kExitBadInput ? kExitBadInput : kExitFailed;
       row.result = code == kExitBadInput ? "BAD INPUT" : "RUN FAILED";
-      row.failing = "run exit " + std::to_string(code);
+      row.failing = compare_only ? "no result file (the run did not finish)" : "run exit " + std::to_string(code);
       std::fprintf(stderr, "evalrun batch: run '%s' exited with %d; its last lines:\n%s", run.name.c_str(), code,
                    tail_of(log, 10).c_str());
+    } else if (no_compare) {
+      row.result = "DONE";
+      row.status = kExitOk;
     } else {
       try {
         const Thresholds t = run.thresholds.empty() ? Thresholds() : Thresholds::load(run.thresholds);
@@ -335,7 +377,8 @@ int batch_command(int argc, char** argv) {
   std::printf("batch %s: %zu run(s)%s\n%s", spec.name.c_str(), rows.size(),
               spec.ranks > 0 ? (" on " + std::to_string(spec.ranks) + " ranks each").c_str() : "",
               render_table(rows).c_str());
-  std::printf("RESULT: %s\n", status == kExitOk ? "PASS" : ("FAIL (" + failed + ")").c_str());
+  std::printf("RESULT: %s\n", status == kExitOk ? (no_compare ? "DONE (not compared)" : "PASS")
+                                                : ("FAIL (" + failed + ")").c_str());
   return status;
 }
 

@@ -28,4 +28,7 @@ BatchSpec load_batch_spec(const std::string& path);
 
 int batch_command(int argc, char** argv);
 
+// The absolute path of the running evalrun binary (for child processes and generated job scripts).
+std::string self_exe();
+
 }  // namespace evalrun

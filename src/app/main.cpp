@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "app/batch_command.hpp"
+#include "app/submit_command.hpp"
 #include "app/compare_command.hpp"
 #include "app/inspect_command.hpp"
 #include "app/make_model_command.hpp"
@@ -28,6 +29,7 @@ Usage:
   evalrun compare REF.h5 CAND.h5 [--thresholds T.toml]       does CAND answer like REF? (exit 0 pass, 1 fail)
   evalrun thresholds REF.h5 RUN.h5... --out T.toml           derive thresholds from several runs' spread
   evalrun batch JOBS.toml                                    run + compare a list of jobs, one summary table
+  evalrun submit JOBS.toml [--dry-run]                       the same as Slurm jobs (array + compare job)
   evalrun make-model --head qa|mlm --preset tiny --out DIR   write a random Hugging Face checkpoint
   evalrun help-config                                        every config key, its type and default
   evalrun --version
@@ -84,6 +86,7 @@ int main(int argc, char** argv) {
     if (cmd == "compare") return evalrun::compare_command(argc - 1, argv + 1);
     if (cmd == "thresholds") return evalrun::thresholds_command(argc - 1, argv + 1);
     if (cmd == "batch") return evalrun::batch_command(argc - 1, argv + 1);
+    if (cmd == "submit") return evalrun::submit_command(argc - 1, argv + 1);
     if (cmd == "make-model") return evalrun::make_model_command(argc - 1, argv + 1);
     if (cmd == "help-config") {
       std::fputs(evalrun::describe_config_keys().c_str(), stdout);

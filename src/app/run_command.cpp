@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -15,8 +16,9 @@
 namespace evalrun {
 namespace {
 
-// Threads per rank: run.threads, else the node's cores shared among the ranks on the node, but never
-// more than the cores this rank may run on (mpirun binds a rank to one core unless --bind-to none).
+// Threads per rank: run.threads, else Slurm's --cpus-per-task (SLURM_CPUS_PER_TASK) inside a Slurm job,
+// else the node's cores shared among the ranks on the node; never more than the cores this rank may
+// run on (mpirun binds a rank to one core unless --bind-to none).
 int choose_threads(const RunSpec& spec, const MpiWorld& world) {
   cpu_set_t set;
   int allowed = static_cast<int>(std::thread::hardware_concurrency());
@@ -27,6 +29,9 @@ int choose_threads(const RunSpec& spec, const MpiWorld& world) {
                  spec.run.threads, allowed);
     }
     return spec.run.threads;
+  }
+  if (const char* slurm = std::getenv("SLURM_CPUS_PER_TASK"); slurm != nullptr && std::atoi(slurm) > 0) {
+    return std::min(std::atoi(slurm), allowed);
   }
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const int share = std::max(1, cores / std::max(1, world.local_size()));

@@ -8,6 +8,7 @@
 #include <charconv>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -73,6 +74,31 @@ std::string check_run_name(const Scalar& v) {
     if (!ok) return "'" + v.s + "' cannot be used as a file name: use only letters, digits, '.', '_' and '-'";
   }
   return "";
+}
+
+// Slurm's filename patterns in output paths, as sbatch --output knows them: %j job id, %A array
+// master job id, %a array task id, %% a literal %. Outside a Slurm job they become "local".
+std::string expand_job_placeholders(const std::string& path, const std::string& key) {
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v != nullptr && *v != '\0' ? std::string(v) : std::string("local");
+  };
+  std::string out;
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    if (path[i] != '%') {
+      out += path[i];
+      continue;
+    }
+    const char next = i + 1 < path.size() ? path[i + 1] : '\0';
+    if (next == 'j') out += env("SLURM_JOB_ID");
+    else if (next == 'A') out += env("SLURM_ARRAY_JOB_ID");
+    else if (next == 'a') out += env("SLURM_ARRAY_TASK_ID");
+    else if (next == '%') out += '%';
+    else throw InputError(key, "'" + path + "': unknown placeholder '%" + std::string(1, next) +
+                                   "' (known: %j job id, %A array job id, %a array task id, %% a literal %)");
+    ++i;
+  }
+  return out;
 }
 
 std::string check_not_empty(const Scalar& v) { return v.s.empty() ? "must not be empty" : ""; }
@@ -198,7 +224,7 @@ const std::vector<KeySpec>& key_specs() {
        .apply = [](RunSpec& r, const Scalar& v) { r.parallel.tensor_parallel = static_cast<int>(v.i); }},
       // [output]
       {.section = "output", .key = "path", .kind = Kind::string, .default_note = "results/<run.name>.h5", .allowed_note = "file",
-       .help = "HDF5 result file",
+       .help = "HDF5 result file; %j, %A and %a become the Slurm job id, array job id and array task id (\"local\" outside Slurm)",
        .apply = [](RunSpec& r, const Scalar& v) { r.output.path = v.s; }},
       {.section = "output", .key = "logits", .kind = Kind::enumeration, .choices = {"none", "topk", "full"}, .default_note = "\"full\" (perplexity: \"none\")",
        .help = "logits stored in the result file: none, the top-k of each row, or every value",
@@ -404,6 +430,8 @@ class Loader {
     check_required();
     check_applicability(spec);
     if (spec.output.path.empty()) spec.output.path = "results/" + spec.run.name + ".h5";
+    spec.output.path = expand_job_placeholders(spec.output.path, origin_ + ": output.path");
+    spec.output.predictions_json = expand_job_placeholders(spec.output.predictions_json, origin_ + ": output.predictions_json");
     if (spec.model.tokenizer.empty()) spec.model.tokenizer = spec.model.path;
     // Full logits of every token of a corpus would dwarf the corpus: perplexity stores none unless asked.
     if (spec.task.kind == TaskKind::perplexity && !set_keys_.count("output.logits")) {

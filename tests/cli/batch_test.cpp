@@ -122,4 +122,57 @@ TEST_F(Batch, BadJobsFilesAreRefusedNamingFileAndLine) {
   EXPECT_NE(r.output.find("ranks.toml:2: batch.ranks"), std::string::npos) << r.output;
 }
 
+TEST_F(Batch, SplitIntoRunOnlyAndCompareOnlyAsSlurmArrayTasksDo) {
+  std::ofstream(path("two.toml")) << "[batch]\nname = \"two\"\n"
+                                  << "[[run]]\nname = \"a\"\nconfig = \"" << path("qa.toml")
+                                  << "\"\nset = [\"task.batch_size=2\"]\nreference = \"" << path("ref.h5") << "\"\n"
+                                  << "[[run]]\nname = \"b\"\nconfig = \"" << path("qa.toml")
+                                  << "\"\nset = [\"task.batch_size=7\"]\nreference = \"" << path("ref.h5") << "\"\n";
+  const std::string out = path("split");
+  // run 2 alone: its result is kept as run2.h5, nothing compared
+  auto r = run_process(kBin + " batch " + path("two.toml") + " --only 2 --no-compare --outputs " + out);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("RESULT: DONE (not compared)"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(fs::path(out) / "run2.h5"));
+  EXPECT_FALSE(fs::exists(fs::path(out) / "run1.h5"));
+  // comparing now: run 1 never finished
+  r = run_process(kBin + " batch " + path("two.toml") + " --compare-only --outputs " + out);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("| a   | ?    | RUN FAILED | no result file"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("| b   | qa   | PASS"), std::string::npos) << r.output;
+  // run 1 too, then every comparison passes
+  r = run_process(kBin + " batch " + path("two.toml") + " --only 1 --no-compare --outputs " + out);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = run_process(kBin + " batch " + path("two.toml") + " --compare-only --outputs " + out);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // bad use
+  r = run_process(kBin + " batch " + path("two.toml") + " --only 3 --no-compare --outputs " + out);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--only: run 3 does not exist"), std::string::npos) << r.output;
+  r = run_process(kBin + " batch " + path("two.toml") + " --no-compare");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("needs --outputs"), std::string::npos) << r.output;
+}
+
+TEST_F(Batch, SubmitDryRunWritesAnArrayAndADependentCompareJob) {
+  std::ofstream(path("sub.toml")) << "[batch]\nname = \"sub\"\nranks = 2\n"
+                                  << "[[run]]\nconfig = \"" << path("qa.toml") << "\"\nreference = \"" << path("ref.h5") << "\"\n"
+                                  << "[[run]]\nconfig = \"" << path("qa.toml") << "\"\nreference = \"" << path("ref.h5") << "\"\n";
+  auto r = run_process(kBin + " submit " + path("sub.toml") + " --dry-run --dir " + path("subdir") +
+                       " --time 00:30:00 --cpus-per-task 3 --sbatch-arg=--account=xyz");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* line : {"#SBATCH --array=1-2", "#SBATCH --ntasks=2", "#SBATCH --cpus-per-task=3",
+                           "#SBATCH --time=00:30:00", "#SBATCH --account=xyz", "--only \"$SLURM_ARRAY_TASK_ID\" --no-compare",
+                           "--compare-only", "sbatch --parsable --dependency=afterany:$ARRAY_JOB"}) {
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+  }
+  EXPECT_TRUE(fs::exists(fs::path(path("subdir")) / "array.sbatch"));
+  EXPECT_TRUE(fs::exists(fs::path(path("subdir")) / "compare.sbatch"));
+  // a bad jobs file is refused before anything is written
+  std::ofstream(path("badsub.toml")) << "[batch]\nnmae = \"x\"\n";
+  r = run_process(kBin + " submit " + path("badsub.toml") + " --dry-run --dir " + path("never"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_FALSE(fs::exists(path("never")));
+}
+
 }  // namespace

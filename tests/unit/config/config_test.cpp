@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -179,6 +181,22 @@ TEST(ConfigLoad, DefaultsForUnsetKeys) {
 TEST(ConfigLoad, EmptyOutputPathMeansResultsName) {
   RunSpec s = parse_run_spec(kQa + "[output]\npath = \"\"\n", "cfg.toml");
   EXPECT_EQ(s.output.path, "results/t.h5");
+}
+
+TEST(ConfigLoad, OutputPathSlurmPlaceholders) {
+  ::setenv("SLURM_JOB_ID", "4242", 1);
+  ::setenv("SLURM_ARRAY_JOB_ID", "4240", 1);
+  ::setenv("SLURM_ARRAY_TASK_ID", "3", 1);
+  RunSpec s = parse_run_spec(kQa + "[output]\npath = \"r/%j/%A_%a/100%%.h5\"\n", "cfg.toml");
+  EXPECT_EQ(s.output.path, "r/4242/4240_3/100%.h5");
+  ::unsetenv("SLURM_JOB_ID");
+  ::unsetenv("SLURM_ARRAY_JOB_ID");
+  ::unsetenv("SLURM_ARRAY_TASK_ID");
+  s = parse_run_spec(kQa + "[output]\npath = \"r/%j.h5\"\n", "cfg.toml");
+  EXPECT_EQ(s.output.path, "r/local.h5");
+  const std::string e = error_of(kQa + "[output]\npath = \"r/%x.h5\"\n");
+  EXPECT_NE(e.find("cfg.toml: output.path"), std::string::npos) << e;
+  EXPECT_NE(e.find("'%x'"), std::string::npos) << e;
 }
 
 TEST(ConfigLoad, PathsStoredAsGiven) {
