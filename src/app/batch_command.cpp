@@ -118,7 +118,8 @@ void write_report(const std::string& path, const std::string& text) {
 std::vector<std::string> launcher_args(int ranks) {
   const char* forced = std::getenv("EVALRUN_LAUNCHER");
   std::string launcher = forced != nullptr && *forced != '\0' ? forced : (std::getenv("SLURM_JOB_ID") ? "srun" : "mpirun");
-  if (launcher == "srun") return {"srun", "--mpi=pmix", "-n", std::to_string(ranks)};
+  // --kill-on-bad-exit: a rank that dies ends its peers instead of leaving them waiting in a collective.
+  if (launcher == "srun") return {"srun", "--mpi=pmix", "--kill-on-bad-exit=1", "-n", std::to_string(ranks)};
   if (launcher != "mpirun") throw InputError("EVALRUN_LAUNCHER", "'" + launcher + "' is not a launcher (srun or mpirun)");
   std::vector<std::string> args = {"mpirun", "-n", std::to_string(ranks), "--bind-to", "none", "--oversubscribe"};
   if (::geteuid() == 0) args.push_back("--allow-run-as-root");
