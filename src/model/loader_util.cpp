@@ -122,6 +122,12 @@ torch::Tensor read_tensor(const Checkpoint& ckpt, const std::string& name, const
     throw InputError(v.file + ": tensor '" + name + "'", "byte size does not match its shape and dtype");
   }
   std::memcpy(t.data_ptr(), v.data, v.nbytes);
+  // A NaN or infinite weight poisons every output it reaches; name the tensor and the first element.
+  if (!torch::isfinite(t).all().item<bool>()) {
+    const auto flat = torch::isfinite(t).flatten().logical_not().nonzero();
+    throw InputError(v.file + ": tensor '" + name + "'",
+                     "holds a NaN or infinite value (first at flat index " + std::to_string(flat[0].item<std::int64_t>()) + ")");
+  }
   if (round_to_half) t = t.to(torch::kFloat16);
   return t.to(target).contiguous();
 }
