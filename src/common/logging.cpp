@@ -30,6 +30,6 @@ spdlog::logger& log() {
 }
 
 const char* version() { return EVALRUN_VERSION; }
-const char* git_revision() { return EVALRUN_GIT_REVISION; }
+// git_revision() is generated at build time (cmake/git_revision.cmake).
 
 }  // namespace evalrun
