@@ -3,8 +3,8 @@
 #include <cstring>
 
 // The kernels are written with GCC vector extensions over 16 lanes (one output block) and compiled
-// three times (target_clones): AVX-512 (one zmm per block), AVX2+FMA (two ymm) and the x86-64 baseline
-// (four xmm); the loader picks one per CPU at start-up, so the binary needs no -march flag.
+// for AVX-512 (one zmm per block), AVX2+FMA (two ymm) and the x86-64 baseline (four xmm), picked per
+// CPU at run time (target_clones / __builtin_cpu_supports), so the binary needs no -march flag.
 #define EVALRUN_GPTQ_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 
 namespace evalrun::quant::gptq_kernels {
@@ -66,38 +66,59 @@ EVALRUN_INLINE v16f row_weights(const v16u& word, int r, const v16i& z) {
   return __builtin_convertvector(q - z, v16f);
 }
 
-template <int MT>
-EVALRUN_INLINE void gemv_rows(const Packed& p, const float* x, std::int64_t ldx, std::int64_t b, float* y,
-                              std::int64_t ldy, float alpha, float beta, const float* bias) {
+// q[k] of one row of a block's word vector, as float. kTable: through a 16-entry table (one vpermps
+// with AVX-512, which reads only the low 4 bits of each index, so no mask is needed); otherwise mask
+// and convert (AVX2 has no 16-lane permutation, GCC would emulate it lane by lane).
+template <bool kTable>
+EVALRUN_INLINE v16f row_q(const v16u& word, int r) {
+  if constexpr (kTable) {
+    const v16f iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    return __builtin_shuffle(iota, (v16i)(word >> static_cast<unsigned>(4 * r)));
+  } else {
+    return __builtin_convertvector((v16i)((word >> static_cast<unsigned>(4 * r)) & 15u), v16f);
+  }
+}
+
+template <int MT, bool kTable>
+EVALRUN_INLINE void gemv_rows(const Packed& p, const float* x, std::int64_t ldx, const float* xsum, std::int64_t b,
+                              float* y, std::int64_t ldy, float alpha, float beta, const float* bias) {
+  // A independent accumulators per row (rows r of a word go to r % A): a multiply-add waits for the
+  // previous one into the same register (4 cycles), so one chain per row would leave the FMA units idle.
+  constexpr int A = MT >= (kTable ? 8 : 4) ? 1 : (kTable ? 8 : 4) / MT;
   v16f acc[MT];
   for (int t = 0; t < MT; ++t) acc[t] = v16f{};
   const std::uint32_t* qb = p.q + b * p.kwords * kBlock;
   for (std::int64_t g = 0; g < p.groups; ++g) {
     const std::int64_t ks = p.group_start[g], ke = p.group_start[g + 1];
     if (ks == ke) continue;
-    const v16i z = load_zeros(p, b, g);
-    v16f gacc[MT];
-    for (int t = 0; t < MT; ++t) gacc[t] = v16f{};
+    v16f gacc[MT][A];
+    for (int t = 0; t < MT; ++t) {
+      for (int a = 0; a < A; ++a) gacc[t][a] = v16f{};
+    }
     std::int64_t k = ks;
     // Rows before the first whole word of the group (only when a group does not start at a multiple
     // of 8, i.e. group sizes that are not multiples of 8).
     for (; k < ke && (k & 7) != 0; ++k) {
-      const v16f w = row_weights(load_u(qb + (k >> 3) * kBlock), static_cast<int>(k & 7), z);
-      for (int t = 0; t < MT; ++t) gacc[t] += x[t * ldx + k] * w;
+      const v16f w = row_q<kTable>(load_u(qb + (k >> 3) * kBlock), static_cast<int>(k & 7));
+      for (int t = 0; t < MT; ++t) gacc[t][0] += x[t * ldx + k] * w;
     }
     for (; k + 8 <= ke; k += 8) {
       const v16u word = load_u(qb + (k >> 3) * kBlock);
       for (int r = 0; r < 8; ++r) {
-        const v16f w = row_weights(word, r, z);
-        for (int t = 0; t < MT; ++t) gacc[t] += x[t * ldx + k + r] * w;
+        const v16f w = row_q<kTable>(word, r);
+        for (int t = 0; t < MT; ++t) gacc[t][r % A] += x[t * ldx + k + r] * w;
       }
     }
     for (; k < ke; ++k) {
-      const v16f w = row_weights(load_u(qb + (k >> 3) * kBlock), static_cast<int>(k & 7), z);
-      for (int t = 0; t < MT; ++t) gacc[t] += x[t * ldx + k] * w;
+      const v16f w = row_q<kTable>(load_u(qb + (k >> 3) * kBlock), static_cast<int>(k & 7));
+      for (int t = 0; t < MT; ++t) gacc[t][0] += x[t * ldx + k] * w;
     }
     const v16f s = load_scales(p, b, g);
-    for (int t = 0; t < MT; ++t) acc[t] += s * gacc[t];
+    const v16f zf = __builtin_convertvector(load_zeros(p, b, g), v16f);
+    for (int t = 0; t < MT; ++t) {
+      for (int a = 1; a < A; ++a) gacc[t][0] += gacc[t][a];
+      acc[t] += s * (gacc[t][0] - zf * xsum[t * p.groups + g]);
+    }
   }
   const std::int64_t c0 = b * kBlock;
   const std::int64_t n = p.out - c0 < kBlock ? p.out - c0 : kBlock;
@@ -112,19 +133,42 @@ EVALRUN_INLINE void gemv_rows(const Packed& p, const float* x, std::int64_t ldx,
   }
 }
 
-EVALRUN_GPTQ_CLONES void gemv_impl(const Packed& p, const float* x, std::int64_t M, std::int64_t ldx, std::int64_t b0,
-                                   std::int64_t b1, float* y, std::int64_t ldy, float alpha, float beta,
-                                   const float* bias) {
+template <bool kTable>
+EVALRUN_INLINE void gemv_all(const Packed& p, const float* x, std::int64_t M, std::int64_t ldx, const float* xsum,
+                             std::int64_t b0, std::int64_t b1, float* y, std::int64_t ldy, float alpha, float beta,
+                             const float* bias) {
   for (std::int64_t b = b0; b < b1; ++b) {
     std::int64_t m = 0;
     // Four rows at a time share each decoded weight vector (4 + 4 accumulators stay in registers).
-    for (; m + 4 <= M; m += 4) gemv_rows<4>(p, x + m * ldx, ldx, b, y + m * ldy, ldy, alpha, beta, bias);
+    for (; m + 4 <= M; m += 4) {
+      gemv_rows<4, kTable>(p, x + m * ldx, ldx, xsum + m * p.groups, b, y + m * ldy, ldy, alpha, beta, bias);
+    }
     if (M - m >= 2) {
-      gemv_rows<2>(p, x + m * ldx, ldx, b, y + m * ldy, ldy, alpha, beta, bias);
+      gemv_rows<2, kTable>(p, x + m * ldx, ldx, xsum + m * p.groups, b, y + m * ldy, ldy, alpha, beta, bias);
       m += 2;
     }
-    if (m < M) gemv_rows<1>(p, x + m * ldx, ldx, b, y + m * ldy, ldy, alpha, beta, bias);
+    if (m < M) gemv_rows<1, kTable>(p, x + m * ldx, ldx, xsum + m * p.groups, b, y + m * ldy, ldy, alpha, beta, bias);
   }
+}
+
+__attribute__((target("arch=x86-64-v4"))) void gemv_avx512(const Packed& p, const float* x, std::int64_t M,
+                                                            std::int64_t ldx, const float* xsum, std::int64_t b0,
+                                                            std::int64_t b1, float* y, std::int64_t ldy, float alpha,
+                                                            float beta, const float* bias) {
+  gemv_all<true>(p, x, M, ldx, xsum, b0, b1, y, ldy, alpha, beta, bias);
+}
+
+__attribute__((target_clones("arch=x86-64-v3", "default"))) void gemv_other(
+    const Packed& p, const float* x, std::int64_t M, std::int64_t ldx, const float* xsum, std::int64_t b0,
+    std::int64_t b1, float* y, std::int64_t ldy, float alpha, float beta, const float* bias) {
+  gemv_all<false>(p, x, M, ldx, xsum, b0, b1, y, ldy, alpha, beta, bias);
+}
+
+bool have_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512vl");
+  return yes;
 }
 
 EVALRUN_GPTQ_CLONES void dequantize_impl(const Packed& p, std::int64_t k0, std::int64_t k1, std::int64_t b0,
@@ -137,7 +181,19 @@ EVALRUN_GPTQ_CLONES void dequantize_impl(const Packed& p, std::int64_t k0, std::
       if (ks >= ke) continue;
       const v16i z = load_zeros(p, b, g);
       const v16f s = load_scales(p, b, g);
-      for (std::int64_t k = ks; k < ke; ++k) {
+      std::int64_t k = ks;
+      for (; k < ke && ((k & 7) != 0 || k + 8 > ke); ++k) {  // rows outside whole words
+        const v16f w = s * row_weights(load_u(qb + (k >> 3) * kBlock), static_cast<int>(k & 7), z);
+        std::memcpy(dst + (k - k0) * ldd + b * kBlock, &w, sizeof w);
+      }
+      for (; k + 8 <= ke; k += 8) {
+        const v16u word = load_u(qb + (k >> 3) * kBlock);
+        for (int r = 0; r < 8; ++r) {
+          const v16f w = s * row_weights(word, r, z);
+          std::memcpy(dst + (k + r - k0) * ldd + b * kBlock, &w, sizeof w);
+        }
+      }
+      for (; k < ke; ++k) {
         const v16f w = s * row_weights(load_u(qb + (k >> 3) * kBlock), static_cast<int>(k & 7), z);
         std::memcpy(dst + (k - k0) * ldd + b * kBlock, &w, sizeof w);
       }
@@ -147,9 +203,13 @@ EVALRUN_GPTQ_CLONES void dequantize_impl(const Packed& p, std::int64_t k0, std::
 
 }  // namespace
 
-void gemv_blocks(const Packed& p, const float* x, std::int64_t M, std::int64_t ldx, std::int64_t b0, std::int64_t b1,
-                 float* y, std::int64_t ldy, float alpha, float beta, const float* bias) {
-  gemv_impl(p, x, M, ldx, b0, b1, y, ldy, alpha, beta, bias);
+void gemv_blocks(const Packed& p, const float* x, std::int64_t M, std::int64_t ldx, const float* xsum, std::int64_t b0,
+                 std::int64_t b1, float* y, std::int64_t ldy, float alpha, float beta, const float* bias) {
+  if (have_avx512()) {
+    gemv_avx512(p, x, M, ldx, xsum, b0, b1, y, ldy, alpha, beta, bias);
+  } else {
+    gemv_other(p, x, M, ldx, xsum, b0, b1, y, ldy, alpha, beta, bias);
+  }
 }
 
 void dequantize_blocks(const Packed& p, std::int64_t k0, std::int64_t k1, std::int64_t b0, std::int64_t b1, float* dst,

@@ -27,10 +27,11 @@ struct Packed {
 };
 
 // For rows m in [0, M) and blocks [b0, b1): y[m, cols] = beta * y + alpha * (x[m, :] W^T + bias) with x
-// in sorted row order (row stride ldx). bias may be null. Accumulates each group in float and scales
-// it once: y = sum_g s[g] * sum_{k in g} x[k] * (q[k] - z[g]) (q - z exact as an integer).
-void gemv_blocks(const Packed& p, const float* x, std::int64_t M, std::int64_t ldx, std::int64_t b0, std::int64_t b1,
-                 float* y, std::int64_t ldy, float alpha, float beta, const float* bias);
+// in sorted row order (row stride ldx). bias may be null. xsum[m * groups + g] = the sum of row m of x
+// over group g. Per group: y += s[g] * (sum_{k in g} x[k] q[k] - z[g] xsum[g]), the 4-bit values
+// turned into floats by a 16-entry table.
+void gemv_blocks(const Packed& p, const float* x, std::int64_t M, std::int64_t ldx, const float* xsum, std::int64_t b0,
+                 std::int64_t b1, float* y, std::int64_t ldy, float alpha, float beta, const float* bias);
 
 // The exact float weights of sorted rows [k0, k1) and blocks [b0, b1): dst[(k - k0) * ldd + 16 b + j]
 // = s[g(k), col] * (q[k, col] - z[g(k), col]) (padding columns of the last block get 0).
