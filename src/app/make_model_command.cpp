@@ -43,6 +43,16 @@ int make_model_command(int argc, char** argv) {
   auto* sym_opt = app.add_flag("--sym", sym, "GPTQ symmetric (zero point 8); default asymmetric");
   auto* fmt_opt = app.add_option("--gptq-format", gptq_format, "GPTQ zero-point format: gptq (v1, stored minus one) or gptq_v2")
       ->check(CLI::IsMember({"gptq", "gptq_v2"}));
+  // FP8: e4m3 weights with float32 scales (vLLM's "fp8" checkpoint format).
+  bool fp8 = false;
+  std::string fp8_scale = "per-tensor", fp8_activations = "dynamic";
+  app.add_flag("--fp8", fp8, "store the projections as FP8 e4m3 weights with float32 scales")->excludes("--gptq");
+  auto* fp8_scale_opt = app.add_option("--fp8-scale", fp8_scale, "FP8 weight scales: per-tensor or per-channel")
+      ->check(CLI::IsMember({"per-tensor", "per-channel"}));
+  auto* fp8_act_opt = app.add_option("--fp8-activations", fp8_activations,
+                                     "FP8 activation scheme: dynamic (per token) or static (input_scale per layer, "
+                                     "calibrated on random token ids)")
+      ->check(CLI::IsMember({"dynamic", "static"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -53,6 +63,13 @@ int make_model_command(int argc, char** argv) {
       if (opt->count() > 0) throw InputError(opt->get_name(), "applies only with --gptq");
     }
   }
+  if (!fp8) {
+    for (auto* opt : {fp8_scale_opt, fp8_act_opt}) {
+      if (opt->count() > 0) throw InputError(opt->get_name(), "applies only with --fp8");
+    }
+  }
+  quant::Fp8Settings fp8_settings;
+  fp8_settings.static_activations = fp8_activations == "static";
   quant::GptqSettings gptq_settings;
   gptq_settings.group_size = group_size;
   gptq_settings.desc_act = desc_act;
@@ -62,9 +79,14 @@ int make_model_command(int argc, char** argv) {
     throw InputError("--group-size", "must be -1 or positive, got " + std::to_string(group_size));
   }
   auto quantize = [&] {
-    if (!gptq) return;
-    make_gptq_checkpoint(out, gptq_settings, seed);
-    std::printf("quantized %s: %s\n", out.c_str(), gptq_settings.describe().c_str());
+    if (gptq) {
+      make_gptq_checkpoint(out, gptq_settings, seed);
+      std::printf("quantized %s: %s\n", out.c_str(), gptq_settings.describe().c_str());
+    } else if (fp8) {
+      make_fp8_checkpoint(out, fp8_settings, fp8_scale == "per-channel", seed);
+      std::printf("quantized %s: %s, %s weight scales\n", out.c_str(), fp8_settings.describe().c_str(),
+                  fp8_scale.c_str());
+    }
   };
   namespace fs = std::filesystem;
   fs::create_directories(out);

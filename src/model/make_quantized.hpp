@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "quant/fp8.hpp"
 #include "quant/gptq.hpp"
 #include "quant/linear.hpp"
 
@@ -32,5 +33,11 @@ void quantize_checkpoint(const std::string& dir, const nlohmann::ordered_json& c
 // GPTQ by round-to-nearest (quant::gptq_quantize_rtn); with settings.desc_act each layer gets a
 // random permutation of its inputs (from `seed`) as its act-order g_idx.
 void make_gptq_checkpoint(const std::string& dir, const quant::GptqSettings& settings, std::uint64_t seed);
+
+// FP8 e4m3 weights (quant::fp8_quantize) with per-tensor or per-channel scales. With
+// settings.static_activations each layer gets input_scale = max|x| / 448 over its inputs in a
+// calibration pass of the float model on random token ids (from `seed`; 4 rows of 32 tokens).
+void make_fp8_checkpoint(const std::string& dir, const quant::Fp8Settings& settings, bool per_channel,
+                         std::uint64_t seed);
 
 }  // namespace evalrun

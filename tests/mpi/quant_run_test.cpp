@@ -99,3 +99,16 @@ TEST_F(QuantRun, GptqMethodMismatchAndBadFlagsAreErrors) {
   const auto ok = run("gptq2", 1, "v2.h5", "");
   EXPECT_EQ(H5Reader(ok).attr_string("/", "quantization"), "gptq_v2 w4 g128 sym");
 }
+
+TEST_F(QuantRun, Fp8CheckpointFromMakeModelGenerates) {
+  make("fp8", "--fp8 --fp8-scale per-channel --fp8-activations static");
+  const auto ref = run("fp8", 1, "f8-n1-b1.h5", "--set task.batch_size=1");
+  expect_same_generation(ref, run("fp8", 2, "f8-n2-b3.h5", "--set task.batch_size=3 --set quantization.method=fp8"));
+  H5Reader h(ref);
+  EXPECT_EQ(h.attr_string("/", "quantization"), "fp8 e4m3 static");
+  auto r = run_process(kBin + " make-model --preset tiny-llama --fp8 --gptq --out " + (dir_ / "never").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  r = run_process(kBin + " make-model --preset tiny-llama --fp8-scale per-channel --out " + (dir_ / "never").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--fp8-scale"), std::string::npos) << r.output;
+}
