@@ -8,6 +8,7 @@
 
 #include "common/errors.hpp"
 #include "model/make_model.hpp"
+#include "model/make_quantized.hpp"
 #include "tokenizer/tiny_bpe.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -32,11 +33,61 @@ int make_model_command(int argc, char** argv) {
                  "copy vocab.json/merges.txt (and special-token files) from this directory instead of "
                  "learning a small byte-level BPE");
   app.add_option("--vocab", vocab_target, "vocabulary size of the learned tokenizer")->check(CLI::Range(300, 1300));
+  // GPTQ: the generated float weights rounded to 4 bits (round-to-nearest per group, no calibration).
+  bool gptq = false, desc_act = false, sym = false;
+  std::int64_t group_size = 128;
+  std::string gptq_format = "gptq";
+  app.add_flag("--gptq", gptq, "store the projections as GPTQ 4-bit (AutoGPTQ format, round-to-nearest)");
+  auto* gs_opt = app.add_option("--group-size", group_size, "GPTQ group size (-1: one group per output)");
+  auto* da_opt = app.add_flag("--desc-act", desc_act, "GPTQ act-order: a random permutation g_idx per layer");
+  auto* sym_opt = app.add_flag("--sym", sym, "GPTQ symmetric (zero point 8); default asymmetric");
+  auto* fmt_opt = app.add_option("--gptq-format", gptq_format, "GPTQ zero-point format: gptq (v1, stored minus one) or gptq_v2")
+      ->check(CLI::IsMember({"gptq", "gptq_v2"}));
+  // FP8: e4m3 weights with float32 scales (vLLM's "fp8" checkpoint format).
+  bool fp8 = false;
+  std::string fp8_scale = "per-tensor", fp8_activations = "dynamic";
+  app.add_flag("--fp8", fp8, "store the projections as FP8 e4m3 weights with float32 scales")->excludes("--gptq");
+  auto* fp8_scale_opt = app.add_option("--fp8-scale", fp8_scale, "FP8 weight scales: per-tensor or per-channel")
+      ->check(CLI::IsMember({"per-tensor", "per-channel"}));
+  auto* fp8_act_opt = app.add_option("--fp8-activations", fp8_activations,
+                                     "FP8 activation scheme: dynamic (per token) or static (input_scale per layer, "
+                                     "calibrated on random token ids)")
+      ->check(CLI::IsMember({"dynamic", "static"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : kExitBadInput;
   }
+  if (!gptq) {
+    for (auto* opt : {gs_opt, da_opt, sym_opt, fmt_opt}) {
+      if (opt->count() > 0) throw InputError(opt->get_name(), "applies only with --gptq");
+    }
+  }
+  if (!fp8) {
+    for (auto* opt : {fp8_scale_opt, fp8_act_opt}) {
+      if (opt->count() > 0) throw InputError(opt->get_name(), "applies only with --fp8");
+    }
+  }
+  quant::Fp8Settings fp8_settings;
+  fp8_settings.static_activations = fp8_activations == "static";
+  quant::GptqSettings gptq_settings;
+  gptq_settings.group_size = group_size;
+  gptq_settings.desc_act = desc_act;
+  gptq_settings.sym = sym;
+  gptq_settings.v2 = gptq_format == "gptq_v2";
+  if (gptq && group_size != -1 && group_size <= 0) {
+    throw InputError("--group-size", "must be -1 or positive, got " + std::to_string(group_size));
+  }
+  auto quantize = [&] {
+    if (gptq) {
+      make_gptq_checkpoint(out, gptq_settings, seed);
+      std::printf("quantized %s: %s\n", out.c_str(), gptq_settings.describe().c_str());
+    } else if (fp8) {
+      make_fp8_checkpoint(out, fp8_settings, fp8_scale == "per-channel", seed);
+      std::printf("quantized %s: %s, %s weight scales\n", out.c_str(), fp8_settings.describe().c_str(),
+                  fp8_scale.c_str());
+    }
+  };
   namespace fs = std::filesystem;
   fs::create_directories(out);
   if (tokenizer_from.empty()) {
@@ -60,6 +111,7 @@ int make_model_command(int argc, char** argv) {
     make_llama_checkpoint(out, preset, seed, vocab, SpecialTokenIds{sp.bos, sp.eos, sp.pad});
     std::printf("wrote %s: %s (vocab %lld, seed %llu)\n", out.c_str(), preset.c_str(), static_cast<long long>(vocab),
                 static_cast<unsigned long long>(seed));
+    quantize();
     return 0;
   }
   // The roberta-base preset keeps its real vocabulary size (50265) so its cost is the real model's.
@@ -69,6 +121,7 @@ int make_model_command(int argc, char** argv) {
                           vocab);
   std::printf("wrote %s: RoBERTa %s (%s head, vocab %lld, seed %llu)\n", out.c_str(), preset.c_str(), head.c_str(),
               static_cast<long long>(vocab), static_cast<unsigned long long>(seed));
+  quantize();
   return 0;
 }
 
