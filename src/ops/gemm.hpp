@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace evalrun::ops {
 
@@ -19,9 +20,13 @@ void set_onednn_sgemm_enabled(bool enabled);
 void sgemm(char trans_a, char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
            std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc);
 
-// True when the integer products below run on oneDNN (VNNI / AMX where the CPU has them); false: a
-// plain C++ loop (correct, slow), used when the build found no libdnnl.
+// True when the integer products below run on oneDNN; false: a plain C++ loop (correct, slow), used
+// when the build found no libdnnl. With oneDNN's headers (Debian's libdnnl-dev) they run on its
+// matmul primitive (AMX or VNNI kernels where the CPU has them), else on its dnnl_gemm_* functions
+// (VNNI at most).
 bool have_onednn_igemm();
+// Which of those ran the last integer product, e.g. "oneDNN matmul brg:avx512_core_amx_int8".
+std::string igemm_implementation();
 
 // Row-major int32 C[M,N] = (A[M,K] - a_zero) * op(B)[K,N], A unsigned 8-bit with one zero point,
 // B signed 8-bit; op = 'N' (B is [K,N]) or 'T' (B is [N,K]). Exact (int32 accumulation).
