@@ -195,7 +195,7 @@ class DecoderFlow : public TaskFlow {
       auto sites = quantize_int8(*model_, CalibrationSet::deserialize(calibration), settings);
       install_int8(*model_, sites);
       prov.quantization = settings.describe() + " (direct)";
-      log().info("int8: quantized {} layers in memory: {}", model_->linear_sites().size(), settings.describe());
+      log().info("int8: quantized in memory: {}", settings.describe());
     }
     prov.architecture = cfg.architectures.empty() ? cfg.model_type : cfg.architectures.front();
     if (tokenizer_) prov.tokenizer_sha256 = tokenizer_->sha256();

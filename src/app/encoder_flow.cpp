@@ -462,7 +462,7 @@ class EncoderFlow : public TaskFlow {
       auto sites = quantize_int8(*model_, CalibrationSet::deserialize(shared), settings);
       install_int8(*model_, sites);
       prov.quantization = settings.describe() + " (direct)";
-      log().info("int8: quantized {} layers in memory: {}", model_->linear_sites().size(), settings.describe());
+      log().info("int8: quantized in memory: {}", settings.describe());
     }
     prov.architecture = model_->config().architectures.empty() ? "" : model_->config().architectures.front();
     if (prepared_.tokenizer) prov.tokenizer_sha256 = prepared_.tokenizer->sha256();

@@ -12,6 +12,8 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <unordered_map>
+#include <vector>
 #endif
 
 #if defined(EVALRUN_HAVE_ONEDNN_SGEMM) && !defined(EVALRUN_HAVE_ONEDNN_MATMUL)
@@ -76,94 +78,217 @@ namespace {
 
 // Integer products through oneDNN's matmul primitive: its brgemm kernels use AMX (or VNNI) where the
 // CPU has them, which the BLAS-like dnnl_gemm_* functions of this oneDNN (2.6) do not (they stop at
-// VNNI: 2-3x slower on this CPU). A primitive is made for one shape, so they are cached by shape;
-// oneDNN's own primitive cache would make re-creation cheap too, but the descriptors cost more than
-// a map look-up. B (the weights) stays in its plain layout; the primitive repacks it per call, which
-// costs O(N K) against the product's O(M N K).
-struct MatmulKey {
-  std::int64_t m, n, k, lda, ldb, ldc;
-  char trans_b;
-  bool a_unsigned, a_zero;
-  auto tie() const { return std::tie(m, n, k, lda, ldb, ldc, trans_b, a_unsigned, a_zero); }
-  bool operator<(const MatmulKey& o) const { return tie() < o.tie(); }
-};
+// VNNI: 2-3x slower on this CPU). A primitive is made for one shape, so they are cached by shape
+// (oneDNN's own primitive cache would make re-creation cheap too, but the descriptors cost more than
+// a map look-up). Scratchpads are per thread (user mode): several threads may run one primitive at
+// once (Int8Linear's row blocks).
+using dt = dnnl::memory::data_type;
 
-struct MatmulEngine {
+struct Engine {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   std::mutex mutex;
-  std::map<MatmulKey, std::shared_ptr<dnnl::matmul>> cache;
-  std::string impl;  // implementation name of the last primitive made (for logs and benchmarks)
+  std::string impl;     // implementation name of the last primitive made (for logs and benchmarks)
   bool failed = false;  // no matmul implementation: the dnnl_gemm_* functions are used instead
 };
 
-MatmulEngine& matmul_engine() {
-  static MatmulEngine e;
+Engine& matmul_engine() {
+  static Engine e;
   return e;
 }
 
-// The primitive for this shape, or null when oneDNN has none (the caller falls back).
-std::shared_ptr<dnnl::matmul> matmul_for(const MatmulKey& key) {
-  MatmulEngine& e = matmul_engine();
-  std::lock_guard<std::mutex> lock(e.mutex);
-  if (e.failed) return nullptr;
-  auto it = e.cache.find(key);
-  if (it != e.cache.end()) return it->second;
-  using dt = dnnl::memory::data_type;
-  try {
-    const dnnl::memory::desc a({key.m, key.k}, key.a_unsigned ? dt::u8 : dt::s8, {key.lda, 1});
-    // B as the logical [K, N] matrix: row-major [K, N] ('N') or the transpose of row-major [N, K] ('T').
-    const dnnl::memory::desc b({key.k, key.n}, dt::s8,
-                               key.trans_b == 'N' ? dnnl::memory::dims{key.ldb, 1} : dnnl::memory::dims{1, key.ldb});
-    const dnnl::memory::desc c({key.m, key.n}, dt::s32, {key.ldc, 1});
-    dnnl::primitive_attr attr;
-    if (key.a_zero) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, e.engine);
+struct Primitive {
+  dnnl::matmul matmul;
+  std::size_t scratchpad = 0;
+};
+
+// A primitive for C[M, N] = (A - a_zero) B; `b` is the weights' memory desc (plain or packed).
+// Throws dnnl::error when oneDNN has no implementation.
+std::shared_ptr<Primitive> make_primitive(std::int64_t m, std::int64_t k, std::int64_t n, std::int64_t lda,
+                                          std::int64_t ldc, bool a_unsigned, bool a_zero,
+                                          const dnnl::memory::desc& b) {
+  Engine& e = matmul_engine();
+  const dnnl::memory::desc a({m, k}, a_unsigned ? dt::u8 : dt::s8, {lda, 1});
+  const dnnl::memory::desc c({m, n}, dt::s32, {ldc, 1});
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (a_zero) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, e.engine);
+  if (pd.weights_desc() != b) throw dnnl::error(dnnl_unimplemented, "weights layout not accepted");
+  {
+    std::lock_guard<std::mutex> lock(e.mutex);
     e.impl = pd.impl_info_str();
-    // Bounded: a run sees a few hundred shapes at most (Int8Linear rounds M up).
-    if (e.cache.size() >= 4096) e.cache.clear();
-    auto prim = std::make_shared<dnnl::matmul>(pd);
-    e.cache.emplace(key, prim);
-    return prim;
-  } catch (const dnnl::error&) {
-    e.failed = true;
-    return nullptr;
   }
+  return std::make_shared<Primitive>(Primitive{dnnl::matmul(pd), pd.scratchpad_desc().get_size()});
 }
 
-// True when the product ran.
-bool matmul_igemm(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const void* a, bool a_unsigned,
-                  std::int64_t lda, std::int32_t a_zero, const std::int8_t* b, std::int64_t ldb, std::int32_t* c,
-                  std::int64_t ldc) {
-  if (m <= 0 || n <= 0) return true;
-  const MatmulKey key{m, n, k, lda, ldb, ldc, trans_b, a_unsigned, a_zero != 0};
-  auto prim = matmul_for(key);
-  if (!prim) return false;
-  using dt = dnnl::memory::data_type;
+void execute(const Primitive& p, std::int64_t m, std::int64_t k, std::int64_t n, const void* a, bool a_unsigned,
+             std::int64_t lda, std::int32_t a_zero, bool use_zero, const dnnl::memory& b, std::int32_t* c,
+             std::int64_t ldc) {
   const dnnl::engine& eng = matmul_engine().engine;
   thread_local dnnl::stream stream(eng);
+  thread_local std::vector<char> scratch;
+  if (scratch.size() < p.scratchpad) scratch.resize(p.scratchpad);
   dnnl::memory A({{m, k}, a_unsigned ? dt::u8 : dt::s8, {lda, 1}}, eng, const_cast<void*>(a));
-  dnnl::memory B({{k, n}, dt::s8, trans_b == 'N' ? dnnl::memory::dims{ldb, 1} : dnnl::memory::dims{1, ldb}}, eng,
-                 const_cast<std::int8_t*>(b));
   dnnl::memory C({{m, n}, dt::s32, {ldc, 1}}, eng, c);
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, A}, {DNNL_ARG_WEIGHTS, B}, {DNNL_ARG_DST, C}};
+  dnnl::memory S({{static_cast<std::int64_t>(p.scratchpad)}, dt::u8, {1}}, eng, scratch.data());
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, A}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, C}, {DNNL_ARG_SCRATCHPAD, S}};
   std::int32_t zero = a_zero;
-  if (a_zero != 0) args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, dnnl::memory({{1}, dt::s32, {1}}, eng, &zero));
+  if (use_zero) args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, dnnl::memory({{1}, dt::s32, {1}}, eng, &zero));
   try {
-    prim->execute(stream, args);
+    p.matmul.execute(stream, args);
     stream.wait();
   } catch (const dnnl::error& err) {
     throw std::runtime_error(std::string("oneDNN int8 matmul failed: ") + err.what());
   }
+}
+
+// Products with plain B, primitives cached by shape.
+struct PlainKey {
+  std::int64_t m, n, k, lda, ldb, ldc;
+  char trans_b;
+  bool a_unsigned, a_zero;
+  auto tie() const { return std::tie(m, n, k, lda, ldb, ldc, trans_b, a_unsigned, a_zero); }
+  bool operator<(const PlainKey& o) const { return tie() < o.tie(); }
+};
+
+dnnl::memory::desc plain_b(std::int64_t k, std::int64_t n, char trans_b, std::int64_t ldb) {
+  // B as the logical [K, N] matrix: row-major [K, N] ('N') or the transpose of row-major [N, K] ('T').
+  return {{k, n}, dt::s8, trans_b == 'N' ? dnnl::memory::dims{ldb, 1} : dnnl::memory::dims{1, ldb}};
+}
+
+// True when the product ran (false: no oneDNN matmul here, the caller falls back).
+bool matmul_igemm(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const void* a, bool a_unsigned,
+                  std::int64_t lda, std::int32_t a_zero, const std::int8_t* b, std::int64_t ldb, std::int32_t* c,
+                  std::int64_t ldc) {
+  if (m <= 0 || n <= 0) return true;
+  static std::mutex mutex;
+  static std::map<PlainKey, std::shared_ptr<Primitive>> cache;
+  const PlainKey key{m, n, k, lda, ldb, ldc, trans_b, a_unsigned, a_zero != 0};
+  std::shared_ptr<Primitive> prim;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (matmul_engine().failed) return false;
+    auto it = cache.find(key);
+    if (it != cache.end()) {
+      prim = it->second;
+    } else {
+      try {
+        prim = make_primitive(m, k, n, lda, ldc, a_unsigned, a_zero != 0, plain_b(k, n, trans_b, ldb));
+      } catch (const dnnl::error&) {
+        matmul_engine().failed = true;
+        return false;
+      }
+      if (cache.size() >= 4096) cache.clear();  // bounded; a run sees a few hundred shapes at most
+      cache.emplace(key, prim);
+    }
+  }
+  const dnnl::memory B(plain_b(k, n, trans_b, ldb), matmul_engine().engine, const_cast<std::int8_t*>(b));
+  execute(*prim, m, k, n, a, a_unsigned, lda, a_zero, a_zero != 0, B, c, ldc);
   return true;
 }
 
 }  // namespace
+
+struct PackedS8Weights::Impl {
+  std::int64_t n, k;
+  const std::int8_t* b;
+  bool a_unsigned;
+  dnnl::memory packed;  // empty when oneDNN could not pack them
+  std::mutex mutex;
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, std::shared_ptr<Primitive>> cache;  // (m, lda, ldc)
+};
+
+PackedS8Weights::PackedS8Weights(std::int64_t n, std::int64_t k, const std::int8_t* b, bool a_unsigned)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->n = n;
+  impl_->k = k;
+  impl_->b = b;
+  impl_->a_unsigned = a_unsigned;
+  try {
+    // The layout the kernels want, asked of a representative product (256 rows); other row counts
+    // take it too, or fall back to the plain weights.
+    Engine& e = matmul_engine();
+    const dnnl::memory::desc any({k, n}, dt::s8, dnnl::memory::format_tag::any);
+    const dnnl::memory::desc a({256, k}, a_unsigned ? dt::u8 : dt::s8, {k, 1});
+    const dnnl::memory::desc c({256, n}, dt::s32, {n, 1});
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (a_unsigned) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, any, c), attr, e.engine);
+    impl_->packed = dnnl::memory(pd.weights_desc(), e.engine);
+    dnnl::memory plain(plain_b(k, n, 'T', k), e.engine, const_cast<std::int8_t*>(b));
+    dnnl::stream stream(e.engine);
+    dnnl::reorder(plain, impl_->packed).execute(stream, plain, impl_->packed);
+    stream.wait();
+  } catch (const dnnl::error&) {
+    impl_->packed = dnnl::memory();
+  }
+}
+
+PackedS8Weights::~PackedS8Weights() = default;
+
+std::size_t PackedS8Weights::bytes() const { return impl_->packed ? impl_->packed.get_desc().get_size() : 0; }
+
+void PackedS8Weights::multiply(std::int64_t m, const void* a, std::int64_t lda, std::int32_t a_zero, std::int32_t* c,
+                               std::int64_t ldc) const {
+  Impl& w = *impl_;
+  std::shared_ptr<Primitive> prim;
+  if (w.packed && m > 0) {
+    std::lock_guard<std::mutex> lock(w.mutex);
+    const auto key = std::make_tuple(m, lda, ldc);
+    auto it = w.cache.find(key);
+    if (it != w.cache.end()) {
+      prim = it->second;
+    } else {
+      try {
+        prim = make_primitive(m, w.k, w.n, lda, ldc, w.a_unsigned, w.a_unsigned, w.packed.get_desc());
+      } catch (const dnnl::error&) {
+        prim = nullptr;  // this row count does not take the packed layout: plain weights below
+      }
+      if (w.cache.size() >= 1024) w.cache.clear();
+      w.cache.emplace(key, prim);
+    }
+  }
+  if (prim) {
+    execute(*prim, m, w.k, w.n, a, w.a_unsigned, lda, a_zero, w.a_unsigned, w.packed, c, ldc);
+  } else if (w.a_unsigned) {
+    gemm_u8s8s32('T', m, w.n, w.k, static_cast<const std::uint8_t*>(a), lda, static_cast<std::uint8_t>(a_zero), w.b,
+                 w.k, c, ldc);
+  } else {
+    gemm_s8s8s32('T', m, w.n, w.k, static_cast<const std::int8_t*>(a), lda, w.b, w.k, c, ldc);
+  }
+}
+
+#else
+
+struct PackedS8Weights::Impl {
+  std::int64_t n, k;
+  const std::int8_t* b;
+  bool a_unsigned;
+};
+
+PackedS8Weights::PackedS8Weights(std::int64_t n, std::int64_t k, const std::int8_t* b, bool a_unsigned)
+    : impl_(std::make_unique<Impl>(Impl{n, k, b, a_unsigned})) {}
+PackedS8Weights::~PackedS8Weights() = default;
+std::size_t PackedS8Weights::bytes() const { return 0; }
+
+void PackedS8Weights::multiply(std::int64_t m, const void* a, std::int64_t lda, std::int32_t a_zero, std::int32_t* c,
+                               std::int64_t ldc) const {
+  const Impl& w = *impl_;
+  if (w.a_unsigned) {
+    gemm_u8s8s32('T', m, w.n, w.k, static_cast<const std::uint8_t*>(a), lda, static_cast<std::uint8_t>(a_zero), w.b,
+                 w.k, c, ldc);
+  } else {
+    gemm_s8s8s32('T', m, w.n, w.k, static_cast<const std::int8_t*>(a), lda, w.b, w.k, c, ldc);
+  }
+}
 #endif
 
 std::string igemm_implementation() {
 #ifdef EVALRUN_HAVE_ONEDNN_MATMUL
   {
-    MatmulEngine& e = matmul_engine();
+    Engine& e = matmul_engine();
     std::lock_guard<std::mutex> lock(e.mutex);
     if (!e.failed && !e.impl.empty()) return "oneDNN matmul " + e.impl;
     if (!e.failed) return "oneDNN matmul (no product run yet)";

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "io/safetensors.hpp"
+#include "ops/gemm.hpp"
 #include "quant/linear.hpp"
 
 namespace evalrun::quant {
@@ -111,12 +112,17 @@ class Int8Linear final : public Linear {
   static LinearPtr concat(std::vector<LinearPtr>& parts);
 
  private:
+  // forward() on rows that one product covers (parallel inside unless called from a parallel region).
+  void forward_rows(const float* x, std::int64_t M, std::int64_t ldx, float* y, std::int64_t ldy, float alpha,
+                    float beta);
+
   std::vector<std::int8_t> weight_;
   std::vector<float> weight_scale_;  // as given
   std::vector<float> row_scale_;     // [out]: weight_scale_ expanded (per-tensor parts of a concat)
   std::vector<float> inv_smooth_;    // 1 / smooth_scale, [in] or empty
   Int8ActivationParams act_;
   std::vector<float> bias_;
+  std::unique_ptr<ops::PackedS8Weights> packed_;  // weight_ in the product's layout (made at the first forward)
   bool per_tensor_ = false;  // one weight scale per checkpoint layer (for describe())
   bool exportable_ = true;   // false for a concatenation of several checkpoint layers
 };

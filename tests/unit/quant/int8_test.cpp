@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/errors.hpp"
@@ -106,6 +107,48 @@ TEST(Int8Gemm, UnsignedProductsWithZeroPointAreExact) {
     }
   }
   EXPECT_FALSE(ops::igemm_implementation().empty());
+}
+
+TEST(Int8Gemm, PackedWeightsGiveExactProductsForAnyRowCountAndConcurrently) {
+  std::mt19937 rng(3);
+  const std::int64_t n = 96, k = 200;
+  const auto b = random_bytes<std::int8_t>(static_cast<std::size_t>(n * k), -127, 127, rng);
+  for (bool u : {false, true}) {
+    const ops::PackedS8Weights packed(n, k, b.data(), u);
+    for (std::int64_t m : {1L, 5L, 64L, 256L, 300L}) {
+      const std::int64_t lda = k + 4, ldc = n + 1;
+      const int zero = u ? 77 : 0;
+      std::vector<std::int64_t> ref;
+      std::vector<std::int32_t> c(static_cast<std::size_t>(m * ldc));
+      if (u) {
+        const auto a = random_bytes<std::uint8_t>(static_cast<std::size_t>(m * lda), 0, 255, rng);
+        packed.multiply(m, a.data(), lda, zero, c.data(), ldc);
+        ref = reference_gemm('T', m, n, k, a.data(), lda, zero, b.data(), k);
+      } else {
+        const auto a = random_bytes<std::int8_t>(static_cast<std::size_t>(m * lda), -127, 127, rng);
+        packed.multiply(m, a.data(), lda, 0, c.data(), ldc);
+        ref = reference_gemm('T', m, n, k, a.data(), lda, 0, b.data(), k);
+      }
+      for (std::int64_t i = 0; i < m; ++i) {
+        for (std::int64_t j = 0; j < n; ++j) ASSERT_EQ(c[i * ldc + j], ref[i * n + j]) << "unsigned " << u << " m " << m;
+      }
+    }
+    // Two threads multiplying different rows with the same weights at once (Int8Linear's row blocks).
+    const std::int64_t m = 512;
+    const auto a = random_bytes<std::int8_t>(static_cast<std::size_t>(m * k), 0, 100, rng);  // valid as u8 and s8
+    std::vector<std::int32_t> c(static_cast<std::size_t>(m * n));
+    std::vector<std::thread> workers;
+    for (int t = 0; t < 2; ++t) {
+      workers.emplace_back([&, t] {
+        for (int rep = 0; rep < 20; ++rep) {
+          packed.multiply(m / 2, a.data() + t * (m / 2) * k, k, u ? 3 : 0, c.data() + t * (m / 2) * n, n);
+        }
+      });
+    }
+    for (auto& w : workers) w.join();
+    const auto ref = reference_gemm('T', m, n, k, a.data(), k, u ? 3 : 0, b.data(), k);
+    for (std::int64_t i = 0; i < m * n; ++i) ASSERT_EQ(c[i], ref[i]) << "concurrent, unsigned " << u;
+  }
 }
 
 // ---- Int8Linear ------------------------------------------------------------------------------------
@@ -436,13 +479,14 @@ TEST_F(Int8Checkpoint, ExportedLayersLoadBackIdentically) {
     std::set<std::string> used;
     auto loaded = quant::load_int8_linear(ckpt, "layer", d.K, d.N, s, used);
     EXPECT_EQ(used.size(), ckpt.names().size()) << "every tensor read: " << name(mode);
+    // One byte per weight (before the first forward packs a copy for the product).
+    EXPECT_LT(loaded->resident_bytes(), static_cast<std::size_t>(d.N * d.K * 4) / 2);
     std::vector<float> a(static_cast<std::size_t>(d.M * d.N)), b(a.size());
     parts[0]->forward(d.x.data(), d.M, d.K, a.data(), d.N, 1.0f, 0.0f);
     loaded->forward(d.x.data(), d.M, d.K, b.data(), d.N, 1.0f, 0.0f);
     EXPECT_EQ(a, b) << name(mode);
     EXPECT_EQ(parts[0]->describe(), loaded->describe());
     EXPECT_EQ(parts[0]->weight_f32(), loaded->weight_f32());
-    EXPECT_LT(loaded->resident_bytes(), static_cast<std::size_t>(d.N * d.K * 4) / 2);
     fs::remove_all(path);
   }
 }
