@@ -1,9 +1,14 @@
-// Forward-pass time of the roberta-base preset (QA head) at batch x seq, fp32 and bf16.
-//   roberta_forward_bench [threads=2] [batch=8] [seq=384] [reps=3] [checkpoint dir]
+// Forward-pass time of the roberta-base preset (QA head) at batch x seq: fp32, bf16 and INT8 W8A8
+// (the fp32 model quantized directly: per_token activations, and per_tensor_symm with SmoothQuant
+// calibrated on the benchmark's own input).
+//   roberta_forward_bench [threads=2] [batch=8] [seq=384] [reps=3] [checkpoint dir] [variants=fp32,bf16,int8,int8-static]
 // Without a directory, the preset is written once to $TMPDIR/evalrun-bench-roberta-base (seed 0)
 // and reused. Prints ms per forward (best and mean of reps after one warm-up) and the achieved
-// GFLOP/s, total and of the linear layers alone (compare the latter with gemm_ceiling), and the
-// minor page faults per forward after the warm-up (the buffers should be reused: near 0).
+// GFLOP/s, total and of the linear layers alone (compare the latter with gemm_ceiling), the minor
+// page faults per forward after the warm-up (the buffers should be reused: near 0), for INT8 the
+// speed-up over fp32 measured in the same run and the integer GEMM implementation, and with
+// EVALRUN_PROFILE=1 the time spent in the linear layers (split into INT8 quantize / GEMM / dequantize
+// is not measured here; see README) against the rest of the forward pass.
 #include <sys/resource.h>
 
 #include <chrono>
@@ -15,6 +20,37 @@
 
 #include "model/make_model.hpp"
 #include "model/roberta.hpp"
+#include "ops/gemm.hpp"
+#include "quant/int8.hpp"
+
+namespace {
+
+// Times the layer it wraps (where the forward pass spends its time: linear layers or the rest).
+class TimedLinear final : public evalrun::quant::Linear {
+ public:
+  TimedLinear(const evalrun::quant::Linear* like, double* seconds)
+      : Linear(like->in_features(), like->out_features()), seconds_(seconds) {}
+  void forward(const float* x, std::int64_t M, std::int64_t ldx, float* y, std::int64_t ldy, float alpha,
+               float beta) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    inner->forward(x, M, ldx, y, ldy, alpha, beta);
+    *seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  std::vector<float> weight_f32() const override { return inner->weight_f32(); }
+  std::vector<float> bias_f32() const override { return inner->bias_f32(); }
+  std::size_t resident_bytes() const override { return inner->resident_bytes(); }
+  std::string describe() const override { return inner->describe(); }
+  void export_tensors(const std::string& p, std::vector<evalrun::TensorToWrite>& out) const override {
+    inner->export_tensors(p, out);
+  }
+
+  evalrun::quant::LinearPtr inner;
+
+ private:
+  double* seconds_;
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
@@ -35,31 +71,92 @@ int main(int argc, char** argv) {
   for (std::int64_t i = 0; i < batch * seq; ++i) ids[i] = 3 + (i * 7919) % 50000;
   for (std::int64_t b = 0; b < batch; ++b) ids[b * seq] = 0, ids[b * seq + seq - 1] = 2;
 
-  for (auto dtype : {evalrun::DType::fp32, evalrun::DType::bf16}) {
+  const std::string variants = argc > 6 ? argv[6] : "fp32,bf16,int8,int8-static";
+  auto wanted = [&](const std::string& v) { return ("," + variants + ",").find("," + v + ",") != std::string::npos; };
+  struct Run {
+    std::string variant;
+    std::unique_ptr<evalrun::RobertaModel> model;
+    double best = 1e30, total = 0, linear_s = 0, timed_s = 0;
+    long faults = 0;
+  };
+  std::vector<Run> runs;
+  for (const std::string variant : {"fp32", "bf16", "int8", "int8-static"}) {
+    if (!wanted(variant)) continue;
+    const auto dtype = variant == "bf16" ? evalrun::DType::bf16 : evalrun::DType::fp32;
     auto model = evalrun::RobertaModel::load(dir, dtype, evalrun::Device::cpu);
-    const auto& c = model->config();
+    if (variant.rfind("int8", 0) == 0) {
+      // Direct quantization as a run does it; the static variant calibrates on the benchmark input.
+      evalrun::quant::Int8Settings s;
+      if (variant == "int8-static") {
+        s.activations = evalrun::quant::Int8Activations::per_tensor_symm;
+        s.smoothquant = true;
+      }
+      auto replace = [&](std::size_t i, evalrun::quant::LinearPtr l) { return model->replace_linear(i, std::move(l)); };
+      auto calibrate = [&] {
+        std::vector<float> st, en;
+        model->question_answering(ids.data(), mask.data(), 1, seq, st, en);
+      };
+      auto sites = evalrun::quant::quantize_sites_int8(model->linear_sites(), replace, calibrate, s);
+      for (std::size_t i = 0; i < sites.size(); ++i) {
+        model->replace_linear(i, evalrun::quant::concat_outputs(std::move(sites[i].parts)));
+      }
+    }
+    std::vector<float> start, end;
+    model->question_answering(ids.data(), mask.data(), batch, seq, start, end);  // warm-up
+    runs.push_back({variant, std::move(model)});
+  }
+  // The variants take turns, so a change in the machine's load during the benchmark affects all alike
+  // and the ratios are measured in one run.
+  std::vector<float> start, end;
+  for (int r = 0; r < reps; ++r) {
+    for (auto& run : runs) {
+      rusage ru0{}, ru1{};
+      getrusage(RUSAGE_SELF, &ru0);
+      auto t0 = std::chrono::steady_clock::now();
+      run.model->question_answering(ids.data(), mask.data(), batch, seq, start, end);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      getrusage(RUSAGE_SELF, &ru1);
+      run.best = std::min(run.best, s);
+      run.total += s;
+      run.faults += ru1.ru_minflt - ru0.ru_minflt;
+    }
+  }
+  // One more forward with every linear layer timed: how the time splits between the linear layers
+  // (for INT8: activation quantization, integer product, dequantization) and the rest (attention,
+  // softmax, GELU, LayerNorm, embeddings). Not on the torch (bf16) path.
+  for (auto& run : runs) {
+    if (run.variant == "bf16") continue;
+    for (std::size_t i = 0; i < run.model->linear_sites().size(); ++i) {
+      auto timed = std::make_unique<TimedLinear>(run.model->linear_sites()[i].layer, &run.linear_s);
+      TimedLinear* raw = timed.get();
+      raw->inner = run.model->replace_linear(i, std::move(timed));
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    run.model->question_answering(ids.data(), mask.data(), batch, seq, start, end);
+    run.timed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  double fp32_best = 0;
+  for (const auto& run : runs) {
+    const auto& c = run.model->config();
     const double M = static_cast<double>(batch * seq), H = c.hidden_size, I = c.intermediate_size;
     const double linear_flop = c.num_hidden_layers * 2.0 * M * H * (4 * H + 2 * I);
     const double attn_flop = c.num_hidden_layers * 4.0 * batch * seq * seq * H;
-    std::vector<float> start, end;
-    model->question_answering(ids.data(), mask.data(), batch, seq, start, end);  // warm-up
-    rusage ru0{}, ru1{};
-    getrusage(RUSAGE_SELF, &ru0);
-    double best = 1e30, total = 0;
-    for (int r = 0; r < reps; ++r) {
-      auto t0 = std::chrono::steady_clock::now();
-      model->question_answering(ids.data(), mask.data(), batch, seq, start, end);
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      best = std::min(best, s);
-      total += s;
-    }
-    getrusage(RUSAGE_SELF, &ru1);
     std::printf("%s (compute %s) threads %d batch %lld seq %lld: best %.1f ms, mean %.1f ms; "
-                "%.1f GFLOP/s total, %.1f GFLOP/s linear-only; %.0f page faults per forward\n",
-                dtype == evalrun::DType::fp32 ? "fp32" : "bf16", model->compute_dtype(), threads,
-                static_cast<long long>(batch), static_cast<long long>(seq), best * 1e3, total / reps * 1e3,
-                (linear_flop + attn_flop) / best / 1e9, linear_flop / best / 1e9,
-                static_cast<double>(ru1.ru_minflt - ru0.ru_minflt) / reps);
+                "%.1f GFLOP/s total, %.1f GFLOP/s linear-only; %.0f page faults per forward",
+                run.variant.c_str(), run.model->compute_dtype(), threads, static_cast<long long>(batch),
+                static_cast<long long>(seq), run.best * 1e3, run.total / reps * 1e3,
+                (linear_flop + attn_flop) / run.best / 1e9, linear_flop / run.best / 1e9,
+                static_cast<double>(run.faults) / reps);
+    if (run.variant == "fp32") fp32_best = run.best;
+    if (run.variant.rfind("int8", 0) == 0 && fp32_best > 0) {
+      std::printf("; %.2fx fp32 (%s)", fp32_best / run.best, evalrun::ops::igemm_implementation().c_str());
+    }
+    if (run.timed_s > 0) {
+      std::printf("; linear layers %.0f of %.0f ms (%.1f GFLOP/s)", run.linear_s * 1e3, run.timed_s * 1e3,
+                  linear_flop / run.linear_s / 1e9);
+    }
+    std::printf("\n");
   }
   return 0;
 }

@@ -14,6 +14,10 @@
 #      below is exact), output.logits = "none", 1 rank, for dtype fp32/bf16 x batch 1/8;
 #   5. prints features/s, questions/s, achieved GFLOP/s and the fraction of the ceiling. The issue's
 #      target is >= 60% of the ceiling at batch 8.
+#   6. for the INT8 "dtypes" (the fp32 checkpoint quantized directly in memory, W8A8 with oneDNN's
+#      integer products): throughput relative to the fp32 run of the same batch size, measured in
+#      this run, and answer agreement with it (`evalrun compare` of the two result files: the share
+#      of questions with the same answer text, F1 of both). The issue's target is >= 2x fp32.
 #
 # Environment:
 #   EVALRUN_DATA_DIR   required: $EVALRUN_DATA_DIR/tokenizers/roberta-base (vocab.json, merges.txt)
@@ -22,7 +26,11 @@
 #   BENCH_WORK_DIR     checkpoint, configs, result files, logs (default ${TMPDIR:-/tmp}/evalrun-bench)
 #   BENCH_THREADS      torch threads for evalrun and gemm_ceiling (default: nproc)
 #   BENCH_SAMPLES      SQuAD questions (default 200; e.g. 16 for a quick plumbing check)
-#   BENCH_BATCHES      batch sizes (default "1 8");  BENCH_DTYPES  dtypes (default "fp32 bf16")
+#   BENCH_BATCHES      batch sizes (default "1 8");  BENCH_DTYPES  dtypes (default "fp32 bf16"), also
+#                      int8 (direct, per_token activations) and int8-static (direct, per_tensor_symm
+#                      activations with SmoothQuant, calibrated on BENCH_CALIBRATION_SAMPLES questions,
+#                      default 32); INT8 rows need fp32 in the list for their ratio
+#   BENCH_STRICT_INT8=1 exit 3 when an INT8 run is below 2x its fp32 run (default: only report)
 #   BENCH_GEMM_REPS    timed repetitions per GEMM (default 5, best taken)
 #   BENCH_STRICT=1     exit 3 when a batch-8 run is below 60% of its ceiling (default: only report)
 #   BENCH_SKIP_BUILD=1 use the binaries already in the build dir
@@ -70,7 +78,12 @@ is_int "$threads" || die "BENCH_THREADS must be a positive integer (got '$thread
 is_int "$samples" || die "BENCH_SAMPLES must be a positive integer (got '$samples')"
 is_int "$gemm_reps" || die "BENCH_GEMM_REPS must be a positive integer (got '$gemm_reps')"
 for b in $batches; do is_int "$b" || die "BENCH_BATCHES must be positive integers (got '$b')"; done
-for d in $dtypes; do [[ "$d" == fp32 || "$d" == bf16 ]] || die "BENCH_DTYPES: fp32 and/or bf16 (got '$d')"; done
+for d in $dtypes; do
+  [[ "$d" == fp32 || "$d" == bf16 || "$d" == int8 || "$d" == int8-static ]] ||
+    die "BENCH_DTYPES: fp32, bf16, int8, int8-static (got '$d')"
+done
+calibration_samples=${BENCH_CALIBRATION_SAMPLES:-32}
+is_int "$calibration_samples" || die "BENCH_CALIBRATION_SAMPLES must be a positive integer (got '$calibration_samples')"
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
 
@@ -148,7 +161,7 @@ tensor_parallel = 1
 
 [output]
 path = "$work/roberta_squad_bench.h5"
-logits = "none"
+logits = "full"   # for evalrun compare of the INT8 runs; written after the timed inference
 EOF
 
 # attribute value from a result file: h5dump prints "(0): <value>" inside DATA { }
@@ -166,8 +179,17 @@ for d in $dtypes; do
     out="$work/$name.h5"
     log="$work/$name.log"
     rm -f "$out"
-    cmd=("$evalrun" "$config" --set "model.dtype=\"$d\"" --set "task.batch_size=$b"
-         --set "run.name=\"$name\"" --set "output.path=\"$out\"")
+    case "$d" in
+      int8) quant=(--set 'quantization.method="int8"' --set quantization.direct=true) ;;
+      int8-static) quant=(--set 'quantization.method="int8"' --set quantization.direct=true
+                          --set 'quantization.activations="per_tensor_symm"' --set quantization.smoothquant=true
+                          --set "quantization.calibration_samples=$calibration_samples") ;;
+      *) quant=() ;;
+    esac
+    model_dtype=$d
+    [[ "$d" == int8* ]] && model_dtype=fp32
+    cmd=("$evalrun" "$config" --set "model.dtype=\"$model_dtype\"" --set "task.batch_size=$b"
+         --set "run.name=\"$name\"" --set "output.path=\"$out\"" "${quant[@]}")
     echo "== $d batch $b: ${cmd[*]}"
     (cd "$work" && "${cmd[@]}") >"$log" 2>&1 || { tail -n 30 "$log" >&2; die "evalrun failed (log: $log)"; }
     features=$(h5attr "$out" /metrics/n_features)
@@ -175,7 +197,7 @@ for d in $dtypes; do
     secs=$(h5attr "$out" /timing/inference_seconds)
     [ -n "$features" ] && [ -n "$questions" ] && [ -n "$secs" ] ||
       die "could not read n_features / n_examples / inference_seconds from $out"
-    rows+=("$d $b $questions $features $secs ${ceiling[$d]}")
+    rows+=("$d $b $questions $features $secs ${ceiling[$d]:-0}")
   done
 done
 
@@ -186,14 +208,18 @@ echo "model FLOPs per window: $(awk -v f="$flop_per_feature" 'BEGIN { printf "%.
 status=0
 printf '%s\n' "${rows[@]}" | awk -v fpf="$flop_per_feature" -v strict="${BENCH_STRICT:-0}" '
   BEGIN {
-    printf "%-5s %5s %9s %8s %9s %11s %10s %10s %10s %8s\n", "dtype", "batch", "questions", "features",
+    printf "%-11s %5s %9s %8s %9s %11s %10s %10s %10s %8s\n", "dtype", "batch", "questions", "features",
            "seconds", "features/s", "questions/s", "GFLOP/s", "ceiling", "of ceil."
   }
   {
     d = $1; b = $2; q = $3; f = $4; s = $5; c = $6
     gflops = f * fpf / s / 1e9
+    if (c == 0) {  # int8: no float ceiling to hold it against
+      printf "%-11s %5d %9d %8d %9.2f %11.3f %10.3f %10.1f %10s %8s\n", d, b, q, f, s, f / s, q / s, gflops, "-", "-"
+      next
+    }
     frac = gflops / c
-    printf "%-5s %5d %9d %8d %9.2f %11.3f %10.3f %10.1f %10.1f %7.1f%%\n", d, b, q, f, s, f / s, q / s, gflops, c,
+    printf "%-11s %5d %9d %8d %9.2f %11.3f %10.3f %10.1f %10.1f %7.1f%%\n", d, b, q, f, s, f / s, q / s, gflops, c,
            100 * frac
     if (b == 8) {
       line[++n8] = sprintf("target (>= 60%% of ceiling at batch 8), %s: %.1f%%, %s", d, 100 * frac,
@@ -205,5 +231,29 @@ printf '%s\n' "${rows[@]}" | awk -v fpf="$flop_per_feature" -v strict="${BENCH_S
     for (i = 1; i <= n8; ++i) print line[i]
     if (strict == 1 && below) exit 3
   }' || status=$?
+# --- INT8 against fp32 (same batch size, same run) ----------------------------------------------------
+for d in int8 int8-static; do
+  [[ " $dtypes " == *" $d "* && " $dtypes " == *" fp32 "* ]] || continue
+  for b in $batches; do
+    ref="$work/roberta_squad_fp32_b${b}.h5"
+    cand="$work/roberta_squad_${d}_b${b}.h5"
+    "$evalrun" compare "$ref" "$cand" >"$work/compare_${d}_b${b}.txt" 2>&1 || true
+    field() { awk -v k="$1" '$1 == k { print $2; exit }' "$work/compare_${d}_b${b}.txt"; }
+    agreement=$(field answer_agreement)
+    [ -n "$agreement" ] || die "evalrun compare failed (log: $work/compare_${d}_b${b}.txt)"
+    fp32_secs=$(h5attr "$ref" /timing/inference_seconds)
+    int8_secs=$(h5attr "$cand" /timing/inference_seconds)
+    awk -v d="$d" -v b="$b" -v r="$fp32_secs" -v c="$int8_secs" -v a="$agreement" -v f1r="$(field f1_ref)" \
+        -v f1c="$(field f1_cand)" -v maxd="$(field max_logit_diff)" -v meand="$(field mean_logit_diff)" \
+        -v strict="${BENCH_STRICT_INT8:-0}" 'BEGIN {
+      x = r / c
+      verdict = x >= 2 ? "met" : "missed"
+      fmt = "%s vs fp32, batch %d: %.2fx throughput (target >= 2x: %s); answer agreement %.4f, F1 %s (fp32 %s), "
+      fmt = fmt "max |logit diff| %s, mean %s\n"
+      printf fmt, d, b, x, verdict, a, f1c, f1r, maxd, meand
+      if (strict == 1 && x < 2) exit 3
+    }' || status=$?
+  done
+done
 echo "results, configs and logs: $work"
 exit "$status"

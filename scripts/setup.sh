@@ -6,7 +6,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 packages=(build-essential cmake pkg-config ccache git dpkg-dev
-  libtorch-dev libopenblas0-openmp
+  libtorch-dev libopenblas0-openmp libdnnl-dev
   libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
   libtoml11-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libgtest-dev
   libprotobuf-dev protobuf-compiler libicu-dev

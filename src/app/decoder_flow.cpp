@@ -6,6 +6,7 @@
 #include <numeric>
 #include <optional>
 
+#include "app/direct_quant.hpp"
 #include "app/task_flow.hpp"
 #include "common/errors.hpp"
 #include "common/logging.hpp"
@@ -103,20 +104,99 @@ void attach_golden_tokens(const std::string& path, std::vector<GenerationItem>& 
   }
 }
 
+int context_length_of(const RunSpec& spec) {
+  int context = spec.task.context_length;
+  if (context == 0) {
+    context = static_cast<int>(LlamaConfig::from_json_file(spec.model.path + "/config.json").max_position_embeddings);
+  }
+  return context;
+}
+
+GenerationOptions prompt_options(const RunSpec& spec) {
+  GenerationOptions o;
+  o.max_new_tokens = spec.task.max_new_tokens;
+  o.max_prompt_length = spec.task.max_prompt_length;
+  o.min_pad_length = spec.task.min_pad_length;
+  o.fixed_prompt_length = spec.task.fixed_prompt_length;
+  o.batch_size = spec.task.batch_size;
+  return o;
+}
+
+}  // namespace
+
+CalibrationSet prepare_decoder_calibration(const RunSpec& spec) {
+  CalibrationSet c;
+  if (!direct_int8_settings(spec).needs_calibration()) return c;
+  const auto tokenizer = DecoderTokenizer::from_dir(tokenizer_dir(spec));
+  const auto n = static_cast<std::size_t>(spec.quantization.calibration_samples);
+  if (spec.task.kind == TaskKind::generate) {
+    // The prompts as the run tokenizes them (template, BOS, max_prompt_length).
+    std::vector<Prompt> prompts;
+    if (spec.quantization.calibration_dataset.empty() && !spec.task.prompt_set.empty()) {
+      prompts = builtin_prompts(spec.task.prompt_set);
+      c.dataset = "prompt_set " + spec.task.prompt_set;
+    } else {
+      c.dataset = calibration_dataset(spec);
+      prompts = read_prompts(c.dataset);
+    }
+    if (prompts.size() > n) prompts.resize(n);
+    for (auto& item : prepare_generation_items(prompts, tokenizer, prompt_options(spec))) {
+      c.sequences.push_back(std::move(item.prompt_ids));
+    }
+    c.examples = static_cast<std::int64_t>(prompts.size());
+  } else {
+    // The first windows of the calibration text, as the run cuts its own.
+    c.dataset = calibration_dataset(spec);
+    const std::string text = read_file(c.dataset);
+    if (text.empty()) throw InputError(c.dataset, "the calibration corpus is empty");
+    const auto tokens = tokenizer.encode(text);
+    auto windows = make_perplexity_windows(static_cast<std::int64_t>(tokens.size()), context_length_of(spec),
+                                           spec.task.stride);
+    if (windows.size() > n) windows.resize(n);
+    for (const auto& w : windows) c.sequences.emplace_back(tokens.begin() + w.begin, tokens.begin() + w.end);
+    c.examples = static_cast<std::int64_t>(windows.size());
+  }
+  return c;
+}
+
+namespace {
+
 // ================================================================================================
 class DecoderFlow : public TaskFlow {
  public:
   PreparedWork prepare(const RunSpec& spec, int ranks) override {
     tokenizer_.emplace(DecoderTokenizer::from_dir(tokenizer_dir(spec)));
-    return spec.task.kind == TaskKind::generate ? prepare_generate(spec, ranks) : prepare_perplexity(spec, ranks);
+    PreparedWork w = spec.task.kind == TaskKind::generate ? prepare_generate(spec, ranks) : prepare_perplexity(spec, ranks);
+    if (spec.quantization.direct) {
+      // Direct quantization: every rank calibrates on the same inputs, sent beside the task's own.
+      ByteWriter b;
+      b.put_string(prepare_decoder_calibration(spec).serialize());
+      b.put_string(w.shared);
+      w.shared = b.take();
+    }
+    return w;
   }
 
-  void load(const RunSpec& spec, const std::string& shard, const std::string& shared, Provenance& prov) override {
+  void load(const RunSpec& spec, const std::string& shard, const std::string& all_shared, Provenance& prov) override {
+    std::string shared = all_shared, calibration;
+    if (spec.quantization.direct) {
+      ByteReader b(all_shared);
+      calibration = b.get_string();
+      shared = b.get_string();
+    }
+    if (spec.quantization.direct) require_float_checkpoint(spec);
     model_ = DecoderModel::load(spec.model.path, spec.model.dtype, spec.model.device,
                                 spec.quantization.direct ? "none" : spec.quantization.method);
     const auto& cfg = model_->config();
     prov.compute_dtype = model_->compute_dtype();
     prov.quantization = model_->quantization();
+    if (spec.quantization.direct) {
+      quant::Int8Settings settings = direct_int8_settings(spec);
+      auto sites = quantize_int8(*model_, CalibrationSet::deserialize(calibration), settings);
+      install_int8(*model_, sites);
+      prov.quantization = settings.describe() + " (direct)";
+      log().info("int8: quantized in memory: {}", settings.describe());
+    }
     prov.architecture = cfg.architectures.empty() ? cfg.model_type : cfg.architectures.front();
     if (tokenizer_) prov.tokenizer_sha256 = tokenizer_->sha256();
     ByteReader r(shard);
@@ -170,13 +250,8 @@ class DecoderFlow : public TaskFlow {
  private:
   // --- generate -----------------------------------------------------------------------------------
   GenerationOptions generation_options(const RunSpec& spec) const {
-    GenerationOptions o;
-    o.max_new_tokens = spec.task.max_new_tokens;
-    o.max_prompt_length = spec.task.max_prompt_length;
-    o.min_pad_length = spec.task.min_pad_length;
-    o.fixed_prompt_length = spec.task.fixed_prompt_length;
+    GenerationOptions o = prompt_options(spec);
     o.no_early_termination = spec.task.no_early_termination;
-    o.batch_size = spec.task.batch_size;
     o.keep_logits = keep_logits(spec);
     return o;
   }
@@ -375,10 +450,7 @@ class DecoderFlow : public TaskFlow {
     const std::string text = read_file(spec.task.dataset);
     if (text.empty()) throw InputError(spec.task.dataset, "the corpus is empty");
     tokens_ = tokenizer_->encode(text);
-    context_ = spec.task.context_length;
-    if (context_ == 0) {
-      context_ = static_cast<int>(LlamaConfig::from_json_file(spec.model.path + "/config.json").max_position_embeddings);
-    }
+    context_ = context_length_of(spec);
     if (context_ < 2) throw InputError(spec.config_path, "task.context_length must be at least 2");
     if (spec.task.stride > context_) {
       throw InputError(spec.config_path, "task.stride (" + std::to_string(spec.task.stride) +

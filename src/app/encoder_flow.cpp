@@ -4,6 +4,7 @@
 #include <limits>
 #include <optional>
 
+#include "app/direct_quant.hpp"
 #include "app/task_flow.hpp"
 #include "common/errors.hpp"
 #include "common/logging.hpp"
@@ -409,6 +410,24 @@ void finish_mlm(const RunSpec& spec, const Prepared& p, const std::vector<std::s
   }
 }
 
+}  // namespace
+
+CalibrationSet prepare_encoder_calibration(const RunSpec& spec) {
+  CalibrationSet c;
+  if (!direct_int8_settings(spec).needs_calibration()) return c;
+  // The task's own preprocessing on the calibration data set's first examples.
+  RunSpec cal = spec;
+  cal.task.dataset = calibration_dataset(spec);
+  cal.task.max_samples = spec.quantization.calibration_samples;
+  Prepared p = prepare_encoder_work(cal);
+  c.dataset = cal.task.dataset;
+  c.examples = static_cast<std::int64_t>(p.sample_ids.size());
+  for (auto& item : p.items) c.sequences.push_back(std::move(item.input_ids));
+  return c;
+}
+
+namespace {
+
 class EncoderFlow : public TaskFlow {
  public:
   PreparedWork prepare(const RunSpec& spec, int ranks) override {
@@ -417,11 +436,14 @@ class EncoderFlow : public TaskFlow {
     w.shards = serialize_shards(prepared_.items, ranks);
     w.samples = prepared_.sample_ids.size();
     w.items = prepared_.items.size();
+    // Direct quantization: every rank calibrates on the same inputs (so every rank quantizes alike).
+    if (spec.quantization.direct) w.shared = prepare_encoder_calibration(spec).serialize();
     return w;
   }
 
-  void load(const RunSpec& spec, const std::string& shard, const std::string&, Provenance& prov) override {
+  void load(const RunSpec& spec, const std::string& shard, const std::string& shared, Provenance& prov) override {
     items_ = deserialize_items(shard);
+    if (spec.quantization.direct) require_float_checkpoint(spec);
     model_ = RobertaModel::load(spec.model.path, spec.model.dtype, spec.model.device,
                                 spec.quantization.direct ? "none" : spec.quantization.method);
     const auto want = spec.task.kind == TaskKind::qa ? RobertaHead::question_answering : RobertaHead::masked_lm;
@@ -435,6 +457,13 @@ class EncoderFlow : public TaskFlow {
     check_ids_fit(items_, vocab_, model_->config().max_sequence_length(), spec.model.path);
     prov.compute_dtype = model_->compute_dtype();
     prov.quantization = model_->quantization();
+    if (spec.quantization.direct) {
+      quant::Int8Settings settings = direct_int8_settings(spec);
+      auto sites = quantize_int8(*model_, CalibrationSet::deserialize(shared), settings);
+      install_int8(*model_, sites);
+      prov.quantization = settings.describe() + " (direct)";
+      log().info("int8: quantized in memory: {}", settings.describe());
+    }
     prov.architecture = model_->config().architectures.empty() ? "" : model_->config().architectures.front();
     if (prepared_.tokenizer) prov.tokenizer_sha256 = prepared_.tokenizer->sha256();
   }

@@ -1,4 +1,4 @@
-// evalrun command line: run (default), inspect, compare, thresholds, batch, make-model, help-config.
+// evalrun command line: run (default), inspect, compare, thresholds, batch, make-model, quantize, help-config.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -11,6 +11,7 @@
 #include "app/compare_command.hpp"
 #include "app/inspect_command.hpp"
 #include "app/make_model_command.hpp"
+#include "app/quantize_command.hpp"
 #include "app/run_command.hpp"
 #include "app/thresholds_command.hpp"
 #include "common/errors.hpp"
@@ -31,6 +32,7 @@ Usage:
   evalrun batch JOBS.toml                                    run + compare a list of jobs, one summary table
   evalrun submit JOBS.toml [--dry-run]                       the same as Slurm jobs (array + compare job)
   evalrun make-model --head qa|mlm --preset tiny --out DIR   write a random Hugging Face checkpoint
+  evalrun quantize CONFIG.toml --out DIR                     write the INT8 checkpoint of a direct-quantized run
   evalrun help-config                                        every config key, its type and default
   evalrun --version
 
@@ -88,6 +90,7 @@ int main(int argc, char** argv) {
     if (cmd == "batch") return evalrun::batch_command(argc - 1, argv + 1);
     if (cmd == "submit") return evalrun::submit_command(argc - 1, argv + 1);
     if (cmd == "make-model") return evalrun::make_model_command(argc - 1, argv + 1);
+    if (cmd == "quantize") return evalrun::quantize_command(argc - 1, argv + 1);
     if (cmd == "help-config") {
       std::fputs(evalrun::describe_config_keys().c_str(), stdout);
       return 0;

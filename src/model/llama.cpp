@@ -541,7 +541,7 @@ std::vector<quant::LinearSite> DecoderModel::linear_sites() {
   return sites;
 }
 
-void DecoderModel::replace_linear(std::size_t site, quant::LinearPtr layer) {
+quant::LinearPtr DecoderModel::replace_linear(std::size_t site, quant::LinearPtr layer) {
   if (site >= 4 * impl_->layers.size()) throw std::out_of_range("DecoderModel::replace_linear: no site " + std::to_string(site));
   DecoderLayer& L = impl_->layers[site / 4];
   quant::LinearPtr* slots[] = {&L.qkv, &L.o, &L.gate_up, &L.down};
@@ -550,7 +550,8 @@ void DecoderModel::replace_linear(std::size_t site, quant::LinearPtr layer) {
     throw std::invalid_argument("DecoderModel::replace_linear: features differ from the layer replaced");
   }
   if (!impl_->use_sgemm) throw std::logic_error("DecoderModel::replace_linear needs the float32 sgemm path");
-  slot = std::move(layer);
+  std::swap(slot, layer);
+  return layer;
 }
 
 std::string DecoderModel::quantization() const { return impl_->quant.describe(); }

@@ -425,7 +425,7 @@ std::vector<quant::LinearSite> RobertaModel::linear_sites() {
   return sites;
 }
 
-void RobertaModel::replace_linear(std::size_t site, quant::LinearPtr layer) {
+quant::LinearPtr RobertaModel::replace_linear(std::size_t site, quant::LinearPtr layer) {
   if (site >= 4 * impl_->layers.size()) throw std::out_of_range("RobertaModel::replace_linear: no site " + std::to_string(site));
   Layer& L = impl_->layers[site / 4];
   quant::LinearPtr* slots[] = {&L.qkv, &L.attn_out, &L.inter, &L.out};
@@ -434,7 +434,8 @@ void RobertaModel::replace_linear(std::size_t site, quant::LinearPtr layer) {
     throw std::invalid_argument("RobertaModel::replace_linear: features differ from the layer replaced");
   }
   if (!impl_->use_sgemm) throw std::logic_error("RobertaModel::replace_linear needs the float32 sgemm path");
-  slot = std::move(layer);
+  std::swap(slot, layer);
+  return layer;
 }
 
 std::string RobertaModel::quantization() const { return impl_->quant.describe(); }

@@ -80,7 +80,8 @@ class RobertaModel {
   // `prefixes` side by side (q | k | v), `part_out[i]` outputs each. replace_linear swaps one for a
   // layer with the same in / out features (any storage: float32 only on the sgemm path).
   std::vector<quant::LinearSite> linear_sites();
-  void replace_linear(std::size_t site, quant::LinearPtr layer);
+  // Returns the layer it replaced (calibration wraps a layer and restores it).
+  quant::LinearPtr replace_linear(std::size_t site, quant::LinearPtr layer);
   // How the checkpoint's layers are stored ("none", "gptq w4 g32 asym act_order", ...).
   std::string quantization() const;
   RobertaHead head() const;

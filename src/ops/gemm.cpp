@@ -6,9 +6,19 @@
 #include <stdexcept>
 #include <string>
 
-#ifdef EVALRUN_HAVE_ONEDNN_SGEMM
-// oneDNN's public C API (dnnl.h, stable since v1.0); Debian ships the library without its headers,
-// so the one function used is declared here. dnnl_dim_t is int64_t, dnnl_status_t an int enum.
+#ifdef EVALRUN_HAVE_ONEDNN_MATMUL
+#include <dnnl.hpp>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+#endif
+
+#if defined(EVALRUN_HAVE_ONEDNN_SGEMM) && !defined(EVALRUN_HAVE_ONEDNN_MATMUL)
+// oneDNN's public C API (dnnl.h, stable since v1.0); without Debian's libdnnl-dev (headers) the
+// functions used are declared here. dnnl_dim_t is int64_t, dnnl_status_t an int enum.
 extern "C" int dnnl_sgemm(char transa, char transb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
                           const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C,
                           std::int64_t ldc);
@@ -63,6 +73,230 @@ void sgemm(char trans_a, char trans_b, std::int64_t m, std::int64_t n, std::int6
 
 bool have_onednn_igemm() { return kCompiled; }
 
+#ifdef EVALRUN_HAVE_ONEDNN_MATMUL
+namespace {
+
+// Integer products through oneDNN's matmul primitive: its brgemm kernels use AMX (or VNNI) where the
+// CPU has them, which the BLAS-like dnnl_gemm_* functions of this oneDNN (2.6) do not (they stop at
+// VNNI: 2-3x slower on this CPU). A primitive is made for one shape, so they are cached by shape
+// (oneDNN's own primitive cache would make re-creation cheap too, but the descriptors cost more than
+// a map look-up). Scratchpads are per thread (user mode): several threads may run one primitive at
+// once (Int8Linear's row blocks).
+using dt = dnnl::memory::data_type;
+
+struct Engine {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  std::mutex mutex;
+  std::string impl;     // implementation name of the last primitive made (for logs and benchmarks)
+  bool failed = false;  // no matmul implementation: the dnnl_gemm_* functions are used instead
+};
+
+Engine& matmul_engine() {
+  static Engine e;
+  return e;
+}
+
+struct Primitive {
+  dnnl::matmul matmul;
+  std::size_t scratchpad = 0;
+};
+
+// A primitive for C[M, N] = (A - a_zero) B; `b` is the weights' memory desc (plain or packed).
+// Throws dnnl::error when oneDNN has no implementation.
+std::shared_ptr<Primitive> make_primitive(std::int64_t m, std::int64_t k, std::int64_t n, std::int64_t lda,
+                                          std::int64_t ldc, bool a_unsigned, bool a_zero,
+                                          const dnnl::memory::desc& b) {
+  Engine& e = matmul_engine();
+  const dnnl::memory::desc a({m, k}, a_unsigned ? dt::u8 : dt::s8, {lda, 1});
+  const dnnl::memory::desc c({m, n}, dt::s32, {ldc, 1});
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (a_zero) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, e.engine);
+  if (pd.weights_desc() != b) throw dnnl::error(dnnl_unimplemented, "weights layout not accepted");
+  {
+    std::lock_guard<std::mutex> lock(e.mutex);
+    e.impl = pd.impl_info_str();
+  }
+  return std::make_shared<Primitive>(Primitive{dnnl::matmul(pd), pd.scratchpad_desc().get_size()});
+}
+
+void execute(const Primitive& p, std::int64_t m, std::int64_t k, std::int64_t n, const void* a, bool a_unsigned,
+             std::int64_t lda, std::int32_t a_zero, bool use_zero, const dnnl::memory& b, std::int32_t* c,
+             std::int64_t ldc) {
+  const dnnl::engine& eng = matmul_engine().engine;
+  thread_local dnnl::stream stream(eng);
+  thread_local std::vector<char> scratch;
+  if (scratch.size() < p.scratchpad) scratch.resize(p.scratchpad);
+  dnnl::memory A({{m, k}, a_unsigned ? dt::u8 : dt::s8, {lda, 1}}, eng, const_cast<void*>(a));
+  dnnl::memory C({{m, n}, dt::s32, {ldc, 1}}, eng, c);
+  dnnl::memory S({{static_cast<std::int64_t>(p.scratchpad)}, dt::u8, {1}}, eng, scratch.data());
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, A}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, C}, {DNNL_ARG_SCRATCHPAD, S}};
+  std::int32_t zero = a_zero;
+  if (use_zero) args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, dnnl::memory({{1}, dt::s32, {1}}, eng, &zero));
+  try {
+    p.matmul.execute(stream, args);
+    stream.wait();
+  } catch (const dnnl::error& err) {
+    throw std::runtime_error(std::string("oneDNN int8 matmul failed: ") + err.what());
+  }
+}
+
+// Products with plain B, primitives cached by shape.
+struct PlainKey {
+  std::int64_t m, n, k, lda, ldb, ldc;
+  char trans_b;
+  bool a_unsigned, a_zero;
+  auto tie() const { return std::tie(m, n, k, lda, ldb, ldc, trans_b, a_unsigned, a_zero); }
+  bool operator<(const PlainKey& o) const { return tie() < o.tie(); }
+};
+
+dnnl::memory::desc plain_b(std::int64_t k, std::int64_t n, char trans_b, std::int64_t ldb) {
+  // B as the logical [K, N] matrix: row-major [K, N] ('N') or the transpose of row-major [N, K] ('T').
+  return {{k, n}, dt::s8, trans_b == 'N' ? dnnl::memory::dims{ldb, 1} : dnnl::memory::dims{1, ldb}};
+}
+
+// True when the product ran (false: no oneDNN matmul here, the caller falls back).
+bool matmul_igemm(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const void* a, bool a_unsigned,
+                  std::int64_t lda, std::int32_t a_zero, const std::int8_t* b, std::int64_t ldb, std::int32_t* c,
+                  std::int64_t ldc) {
+  if (m <= 0 || n <= 0) return true;
+  static std::mutex mutex;
+  static std::map<PlainKey, std::shared_ptr<Primitive>> cache;
+  const PlainKey key{m, n, k, lda, ldb, ldc, trans_b, a_unsigned, a_zero != 0};
+  std::shared_ptr<Primitive> prim;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (matmul_engine().failed) return false;
+    auto it = cache.find(key);
+    if (it != cache.end()) {
+      prim = it->second;
+    } else {
+      try {
+        prim = make_primitive(m, k, n, lda, ldc, a_unsigned, a_zero != 0, plain_b(k, n, trans_b, ldb));
+      } catch (const dnnl::error&) {
+        matmul_engine().failed = true;
+        return false;
+      }
+      if (cache.size() >= 4096) cache.clear();  // bounded; a run sees a few hundred shapes at most
+      cache.emplace(key, prim);
+    }
+  }
+  const dnnl::memory B(plain_b(k, n, trans_b, ldb), matmul_engine().engine, const_cast<std::int8_t*>(b));
+  execute(*prim, m, k, n, a, a_unsigned, lda, a_zero, a_zero != 0, B, c, ldc);
+  return true;
+}
+
+}  // namespace
+
+struct PackedS8Weights::Impl {
+  std::int64_t n, k;
+  const std::int8_t* b;
+  bool a_unsigned;
+  dnnl::memory packed;  // empty when oneDNN could not pack them
+  std::mutex mutex;
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, std::shared_ptr<Primitive>> cache;  // (m, lda, ldc)
+};
+
+PackedS8Weights::PackedS8Weights(std::int64_t n, std::int64_t k, const std::int8_t* b, bool a_unsigned)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->n = n;
+  impl_->k = k;
+  impl_->b = b;
+  impl_->a_unsigned = a_unsigned;
+  try {
+    // The layout the kernels want, asked of a representative product (256 rows); other row counts
+    // take it too, or fall back to the plain weights.
+    Engine& e = matmul_engine();
+    const dnnl::memory::desc any({k, n}, dt::s8, dnnl::memory::format_tag::any);
+    const dnnl::memory::desc a({256, k}, a_unsigned ? dt::u8 : dt::s8, {k, 1});
+    const dnnl::memory::desc c({256, n}, dt::s32, {n, 1});
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (a_unsigned) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, any, c), attr, e.engine);
+    impl_->packed = dnnl::memory(pd.weights_desc(), e.engine);
+    dnnl::memory plain(plain_b(k, n, 'T', k), e.engine, const_cast<std::int8_t*>(b));
+    dnnl::stream stream(e.engine);
+    dnnl::reorder(plain, impl_->packed).execute(stream, plain, impl_->packed);
+    stream.wait();
+  } catch (const dnnl::error&) {
+    impl_->packed = dnnl::memory();
+  }
+}
+
+PackedS8Weights::~PackedS8Weights() = default;
+
+std::size_t PackedS8Weights::bytes() const { return impl_->packed ? impl_->packed.get_desc().get_size() : 0; }
+
+void PackedS8Weights::multiply(std::int64_t m, const void* a, std::int64_t lda, std::int32_t a_zero, std::int32_t* c,
+                               std::int64_t ldc) const {
+  Impl& w = *impl_;
+  std::shared_ptr<Primitive> prim;
+  if (w.packed && m > 0) {
+    std::lock_guard<std::mutex> lock(w.mutex);
+    const auto key = std::make_tuple(m, lda, ldc);
+    auto it = w.cache.find(key);
+    if (it != w.cache.end()) {
+      prim = it->second;
+    } else {
+      try {
+        prim = make_primitive(m, w.k, w.n, lda, ldc, w.a_unsigned, w.a_unsigned, w.packed.get_desc());
+      } catch (const dnnl::error&) {
+        prim = nullptr;  // this row count does not take the packed layout: plain weights below
+      }
+      if (w.cache.size() >= 1024) w.cache.clear();
+      w.cache.emplace(key, prim);
+    }
+  }
+  if (prim) {
+    execute(*prim, m, w.k, w.n, a, w.a_unsigned, lda, a_zero, w.a_unsigned, w.packed, c, ldc);
+  } else if (w.a_unsigned) {
+    gemm_u8s8s32('T', m, w.n, w.k, static_cast<const std::uint8_t*>(a), lda, static_cast<std::uint8_t>(a_zero), w.b,
+                 w.k, c, ldc);
+  } else {
+    gemm_s8s8s32('T', m, w.n, w.k, static_cast<const std::int8_t*>(a), lda, w.b, w.k, c, ldc);
+  }
+}
+
+#else
+
+struct PackedS8Weights::Impl {
+  std::int64_t n, k;
+  const std::int8_t* b;
+  bool a_unsigned;
+};
+
+PackedS8Weights::PackedS8Weights(std::int64_t n, std::int64_t k, const std::int8_t* b, bool a_unsigned)
+    : impl_(std::make_unique<Impl>(Impl{n, k, b, a_unsigned})) {}
+PackedS8Weights::~PackedS8Weights() = default;
+std::size_t PackedS8Weights::bytes() const { return 0; }
+
+void PackedS8Weights::multiply(std::int64_t m, const void* a, std::int64_t lda, std::int32_t a_zero, std::int32_t* c,
+                               std::int64_t ldc) const {
+  const Impl& w = *impl_;
+  if (w.a_unsigned) {
+    gemm_u8s8s32('T', m, w.n, w.k, static_cast<const std::uint8_t*>(a), lda, static_cast<std::uint8_t>(a_zero), w.b,
+                 w.k, c, ldc);
+  } else {
+    gemm_s8s8s32('T', m, w.n, w.k, static_cast<const std::int8_t*>(a), lda, w.b, w.k, c, ldc);
+  }
+}
+#endif
+
+std::string igemm_implementation() {
+#ifdef EVALRUN_HAVE_ONEDNN_MATMUL
+  {
+    Engine& e = matmul_engine();
+    std::lock_guard<std::mutex> lock(e.mutex);
+    if (!e.failed && !e.impl.empty()) return "oneDNN matmul " + e.impl;
+    if (!e.failed) return "oneDNN matmul (no product run yet)";
+  }
+#endif
+  return kCompiled ? "oneDNN dnnl_gemm_*" : "C++ loop";
+}
+
 namespace {
 // Reference integer product for builds without oneDNN: int32 accumulation, exact.
 template <typename A>
@@ -85,6 +319,9 @@ void igemm_loop(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, co
 
 void gemm_u8s8s32(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const std::uint8_t* a, std::int64_t lda,
                   std::uint8_t a_zero, const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc) {
+#ifdef EVALRUN_HAVE_ONEDNN_MATMUL
+  if (matmul_igemm(trans_b, m, n, k, a, true, lda, a_zero, b, ldb, c, ldc)) return;
+#endif
 #ifdef EVALRUN_HAVE_ONEDNN_SGEMM
   const std::int32_t co = 0;
   const int status =
@@ -97,6 +334,9 @@ void gemm_u8s8s32(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, 
 
 void gemm_s8s8s32(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a, std::int64_t lda,
                   const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc) {
+#ifdef EVALRUN_HAVE_ONEDNN_MATMUL
+  if (matmul_igemm(trans_b, m, n, k, a, false, lda, 0, b, ldb, c, ldc)) return;
+#endif
 #ifdef EVALRUN_HAVE_ONEDNN_SGEMM
   const std::int32_t co = 0;
   const int status = dnnl_gemm_s8s8s32('N', trans_b, 'F', m, n, k, 1.0f, a, lda, 0, b, ldb, 0, 0.0f, c, ldc, &co);

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 
 namespace evalrun::ops {
 
@@ -19,9 +21,13 @@ void set_onednn_sgemm_enabled(bool enabled);
 void sgemm(char trans_a, char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
            std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc);
 
-// True when the integer products below run on oneDNN (VNNI / AMX where the CPU has them); false: a
-// plain C++ loop (correct, slow), used when the build found no libdnnl.
+// True when the integer products below run on oneDNN; false: a plain C++ loop (correct, slow), used
+// when the build found no libdnnl. With oneDNN's headers (Debian's libdnnl-dev) they run on its
+// matmul primitive (AMX or VNNI kernels where the CPU has them), else on its dnnl_gemm_* functions
+// (VNNI at most).
 bool have_onednn_igemm();
+// Which of those ran the last integer product, e.g. "oneDNN matmul brg:avx512_core_amx_int8".
+std::string igemm_implementation();
 
 // Row-major int32 C[M,N] = (A[M,K] - a_zero) * op(B)[K,N], A unsigned 8-bit with one zero point,
 // B signed 8-bit; op = 'N' (B is [K,N]) or 'T' (B is [N,K]). Exact (int32 accumulation).
@@ -30,6 +36,29 @@ void gemm_u8s8s32(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, 
 // The same with signed 8-bit A and no zero point.
 void gemm_s8s8s32(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a, std::int64_t lda,
                   const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc);
+
+// Signed 8-bit weights B [N, K] (row-major, the op 'T' operand of the products above) prepared for
+// many products with them: with oneDNN's matmul primitive, a copy in the blocked layout its kernels
+// read, made once, so a product does not repack them. `b` stays the caller's and must outlive this
+// object (products the packed copy does not serve read it). a_unsigned: the activations are u8 with
+// a zero point (else s8).
+class PackedS8Weights {
+ public:
+  PackedS8Weights(std::int64_t n, std::int64_t k, const std::int8_t* b, bool a_unsigned);
+  ~PackedS8Weights();
+  PackedS8Weights(const PackedS8Weights&) = delete;
+  PackedS8Weights& operator=(const PackedS8Weights&) = delete;
+
+  // Row-major int32 C[M, N] = (A - a_zero) B^T, exact; A [M, K] (u8 or s8 as constructed), row
+  // stride lda. Thread-safe: several threads may multiply different rows at once.
+  void multiply(std::int64_t m, const void* a, std::int64_t lda, std::int32_t a_zero, std::int32_t* c,
+                std::int64_t ldc) const;
+  std::size_t bytes() const;  // held beyond `b` (the packed copy)
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 
 }  // namespace evalrun::ops

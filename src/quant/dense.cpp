@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "ops/gemm.hpp"
+#include "quant/int8.hpp"
 
 namespace evalrun::quant {
 
@@ -133,7 +134,11 @@ LinearPtr concat_outputs(std::vector<LinearPtr> parts) {
     all_dense = all_dense && d != nullptr && d->transposed() == front->transposed();
     any_bias = any_bias || (d != nullptr && d->bias().defined());
   }
-  if (!all_dense) return std::make_unique<ConcatLinear>(std::move(parts), in, out);
+  if (!all_dense) {
+    // INT8 parts with the same activation parameters: one product (see Int8Linear::concat).
+    if (LinearPtr fused = Int8Linear::concat(parts)) return fused;
+    return std::make_unique<ConcatLinear>(std::move(parts), in, out);
+  }
   // Float parts: one weight, so a layer is one GEMM.
   std::vector<torch::Tensor> ws, bs;
   for (const auto& p : parts) {
