@@ -1,7 +1,7 @@
 // Prefill and greedy-decode speed of the llama-110m preset (hidden 768, 12 layers, GQA 12/4, vocab
 // 32000), against the memory-bandwidth bound of decoding: a batch-1 step has to read every weight
 // once, so it cannot take less than weight bytes / memory bandwidth.
-//   llama_decode_bench [threads=2] [prompt=128] [new=64] [checkpoint dir]
+//   llama_decode_bench [threads=2] [prompt=128] [new=64] [checkpoint dir] [variants=fp32,bf16,gptq]
 // Without a directory the preset is written once to $TMPDIR/evalrun-bench-llama-110m (seed 0) and
 // reused. Bandwidth: memcpy of a 512 MiB buffer (far larger than any cache) split over the threads,
 // counted as bytes read + bytes written per second (STREAM's "copy" convention, the larger of the
@@ -9,6 +9,12 @@
 // tokens in one forward), decode tokens/s (batch x new tokens, one token per row per step), ms per
 // step, minor page faults per step, and the fraction of the bandwidth bound reached (meaningful at
 // batch 1; larger batches trade it for throughput).
+// GPTQ: the same weights rounded to 4 bits (make-model --gptq, group 128, asymmetric; written once to
+// $TMPDIR/evalrun-bench-llama-110m-gptq-g128) run with their weights packed, against fp32 in the same
+// run: decode tokens/s and the resident bytes of the projections (Linear::resident_bytes) and of the
+// whole model's weights (embedding and lm_head stay float32), printed as ratios. Variant fp8 (not in
+// the default list): the same weights as FP8 e4m3, per-channel scales, dynamic activations (emulated:
+// tiles dequantized to float32).
 // With EVALRUN_DATA_DIR set it also times stories260K (200 new tokens after "Once upon a time").
 #include <ATen/Parallel.h>
 #include <sys/resource.h>
@@ -20,12 +26,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "model/llama.hpp"
 #include "model/make_model.hpp"
+#include "model/make_quantized.hpp"
 #include "model/roberta.hpp"
 
 namespace {
@@ -52,14 +60,6 @@ double measure_bandwidth() {
     best = std::min(best, seconds_since(t0));
   }
   return 2.0 * static_cast<double>(n) / best / 1e9;
-}
-
-// Bytes of weights one decode step reads (all layers, final norm, lm_head; not the embedding rows).
-double weight_bytes(const evalrun::LlamaConfig& c, double bytes_per_value) {
-  const double H = c.hidden_size, I = c.intermediate_size, qw = c.num_attention_heads * c.head_dim;
-  const double kvw = c.num_key_value_heads * c.head_dim;
-  const double per_layer = H * (qw + 2 * kvw) + qw * H + 3 * H * I + 2 * H;
-  return (c.num_hidden_layers * per_layer + H + c.vocab_size * H) * bytes_per_value;
 }
 
 struct Timing {
@@ -113,6 +113,8 @@ int main(int argc, char** argv) {
   const std::int64_t prompt = argc > 2 ? std::atoll(argv[2]) : 128;
   const std::int64_t steps = argc > 3 ? std::atoll(argv[3]) : 64;
   std::string dir = argc > 4 ? argv[4] : "";
+  const std::string variants = std::string(",") + (argc > 5 ? argv[5] : "fp32,bf16,gptq") + ",";
+  auto wanted = [&](const char* name) { return variants.find(std::string(",") + name + ",") != std::string::npos; };
   if (dir.empty()) {
     dir = (std::filesystem::temp_directory_path() / "evalrun-bench-llama-110m").string();
     if (!std::filesystem::exists(std::filesystem::path(dir) / "model.safetensors")) {
@@ -124,19 +126,70 @@ int main(int argc, char** argv) {
   const double bw = measure_bandwidth();
   std::printf("threads %d: memcpy bandwidth %.2f GB/s (read + write)\n", threads, bw);
 
-  for (auto dtype : {evalrun::DType::fp32, evalrun::DType::bf16}) {
-    auto model = evalrun::DecoderModel::load(dir, dtype, evalrun::Device::cpu);
-    const double wbytes = weight_bytes(model->config(), dtype == evalrun::DType::fp32 ? 4.0 : 2.0);
+  const std::string gptq_dir = dir + "-gptq-g128", fp8_dir = dir + "-fp8";
+  if (wanted("gptq") && !std::filesystem::exists(std::filesystem::path(gptq_dir) / "model.safetensors")) {
+    std::printf("writing the GPTQ g128 version to %s\n", gptq_dir.c_str());
+    std::filesystem::remove_all(gptq_dir);
+    std::filesystem::copy(dir, gptq_dir);
+    evalrun::quant::GptqSettings s;
+    s.group_size = 128;
+    s.sym = false;
+    evalrun::make_gptq_checkpoint(gptq_dir, s, 0);
+  }
+  if (wanted("fp8") && !std::filesystem::exists(std::filesystem::path(fp8_dir) / "model.safetensors")) {
+    std::printf("writing the FP8 version to %s\n", fp8_dir.c_str());
+    std::filesystem::remove_all(fp8_dir);
+    std::filesystem::copy(dir, fp8_dir);
+    evalrun::make_fp8_checkpoint(fp8_dir, evalrun::quant::Fp8Settings{}, true, 0);
+  }
+
+  struct Variant {
+    const char* label;
+    std::string dir;
+    evalrun::DType dtype;
+  };
+  struct Result {
+    double decode_tps[2] = {0, 0};
+    double linear_bytes = 0, model_bytes = 0;
+  };
+  std::map<std::string, Result> results;
+  for (const Variant& v : {Variant{"fp32", dir, evalrun::DType::fp32}, Variant{"bf16", dir, evalrun::DType::bf16},
+                           Variant{"gptq", gptq_dir, evalrun::DType::fp32}, Variant{"fp8", fp8_dir, evalrun::DType::fp32}}) {
+    if (!wanted(v.label)) continue;
+    auto model = evalrun::DecoderModel::load(v.dir, v.dtype, evalrun::Device::cpu);
+    const auto& c = model->config();
+    Result res;
+    for (const auto& site : model->linear_sites()) res.linear_bytes += static_cast<double>(site.layer->resident_bytes());
+    // embedding, lm_head, norms: float32 (bf16 runs: bfloat16)
+    const double value_bytes = v.dtype == evalrun::DType::bf16 ? 2.0 : 4.0;
+    res.model_bytes = res.linear_bytes + value_bytes * (2.0 * c.vocab_size * c.hidden_size +
+                                                        (2.0 * c.num_hidden_layers + 1) * c.hidden_size);
+    // Bytes one decode step reads: the projections as stored, the final norm and lm_head.
+    const double wbytes = res.linear_bytes + value_bytes * (c.hidden_size + static_cast<double>(c.vocab_size) * c.hidden_size);
+    int slot = 0;
     for (std::int64_t batch : {1, 8}) {
       const Timing t = run(*model, batch, prompt, steps, 2);
       const double step_ms = t.decode_s / steps * 1e3;
       const double bound_ms = wbytes / (bw * 1e9) * 1e3;
+      res.decode_tps[slot++] = batch * steps / t.decode_s;
       std::printf("%s batch %lld: prefill %lld tokens %.0f tok/s (%.1f ms); decode %.1f tok/s, %.2f ms/step, "
                   "%ld page faults/step; weights %.0f MB/step -> bandwidth bound %.2f ms/step: %.0f%% of it\n",
-                  dtype == evalrun::DType::fp32 ? "fp32" : "bf16", static_cast<long long>(batch),
-                  static_cast<long long>(prompt), batch * prompt / t.prefill_s, t.prefill_s * 1e3,
-                  batch * steps / t.decode_s, step_ms, t.faults_per_step, wbytes / 1e6, bound_ms, 100.0 * bound_ms / step_ms);
+                  v.label, static_cast<long long>(batch), static_cast<long long>(prompt), batch * prompt / t.prefill_s,
+                  t.prefill_s * 1e3, batch * steps / t.decode_s, step_ms, t.faults_per_step, wbytes / 1e6, bound_ms,
+                  100.0 * bound_ms / step_ms);
     }
+    std::printf("%s (%s): projections %.1f MB resident, whole model %.1f MB\n", v.label, model->quantization().c_str(),
+                res.linear_bytes / 1e6, res.model_bytes / 1e6);
+    results[v.label] = res;
+  }
+  for (const char* q : {"gptq", "fp8"}) {
+    if (!results.count("fp32") || !results.count(q)) continue;
+    const Result& f = results["fp32"];
+    const Result& g = results[q];
+    std::printf("%s vs fp32 (same run): decode tokens/s x%.2f at batch 1, x%.2f at batch 8; projections' "
+                "resident bytes x%.3f of fp32 = x%.3f of their fp16 size; whole model x%.3f of fp32\n",
+                q, g.decode_tps[0] / f.decode_tps[0], g.decode_tps[1] / f.decode_tps[1], g.linear_bytes / f.linear_bytes,
+                2.0 * g.linear_bytes / f.linear_bytes, g.model_bytes / f.model_bytes);
   }
 
   if (const char* data = std::getenv("EVALRUN_DATA_DIR"); data != nullptr && *data != '\0') {

@@ -12,6 +12,7 @@
 
 #include "common/errors.hpp"
 #include "ops/gemm.hpp"
+#include "quant/fp8_kernels.hpp"
 
 namespace evalrun::quant {
 
@@ -189,35 +190,19 @@ class Fp8Linear final : public Linear {
     const std::int64_t in = in_features(), out = out_features();
     // Activations rounded to e4m3 at their scale (emulation: the product itself runs in float32).
     float* xq = scratch_floats(0, static_cast<std::size_t>(M * in));
-    at::parallel_for(0, M, std::max<std::int64_t>(1, 4096 / in), [&](std::int64_t m0, std::int64_t m1) {
-      for (std::int64_t m = m0; m < m1; ++m) {
-        const float* xr = x + m * ldx;
-        float* q = xq + m * in;
-        float s = input_scale_;
-        if (!settings_.static_activations) {
-          float amax = 0.0f;
-          for (std::int64_t k = 0; k < in; ++k) amax = std::max(amax, std::fabs(xr[k]));
-          s = amax / 448.0f;
-        }
-        if (!(s > 0.0f)) {  // an all-zero row (dynamic) stays zero
-          std::copy(xr, xr + in, q);
-          continue;
-        }
-        for (std::int64_t k = 0; k < in; ++k) q[k] = round_to_e4m3(xr[k] / s) * s;
-      }
+    const float s_x = settings_.static_activations ? input_scale_ : 0.0f;
+    at::parallel_for(0, M, std::max<std::int64_t>(1, 16384 / in), [&](std::int64_t m0, std::int64_t m1) {
+      fp8_kernels::round_rows(x + m0 * ldx, m1 - m0, in, ldx, s_x, xq + m0 * in);
     });
-    const auto& lut = e4m3_table();
+    // Tiles of output rows decoded to float32 on the thread that multiplies them.
     const std::int64_t tiles = (out + kTileRows - 1) / kTileRows;
+    const bool per_channel = scale_.size() != 1;
     at::parallel_for(0, tiles, 1, [&](std::int64_t t0, std::int64_t t1) {
       float* tile = scratch_floats(1, static_cast<std::size_t>(kTileRows * in));
       for (std::int64_t t = t0; t < t1; ++t) {
         const std::int64_t n0 = t * kTileRows, n = std::min(kTileRows, out - n0);
-        for (std::int64_t r = 0; r < n; ++r) {
-          const std::uint8_t* wr = w_.data() + (n0 + r) * in;
-          const float s = scale_.size() == 1 ? scale_[0] : scale_[n0 + r];
-          float* d = tile + r * in;
-          for (std::int64_t k = 0; k < in; ++k) d[k] = lut[wr[k]] * s;
-        }
+        fp8_kernels::dequantize_rows(w_.data() + n0 * in, n, in, scale_.data() + (per_channel ? n0 : 0),
+                                     per_channel ? 1 : 0, tile);
         ops::sgemm('N', 'T', M, n, in, alpha, xq, in, tile, in, beta, y + n0, ldy);
         if (!bias_.empty()) {
           for (std::int64_t m = 0; m < M; ++m) {

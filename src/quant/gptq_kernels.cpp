@@ -2,10 +2,11 @@
 
 #include <cstring>
 
+#include "quant/isa.hpp"
+
 // The kernels are written with GCC vector extensions over 16 lanes (one output block) and compiled
 // for AVX-512 (one zmm per block), AVX2+FMA (two ymm) and the x86-64 baseline (four xmm), picked per
-// CPU at run time (target_clones / __builtin_cpu_supports), so the binary needs no -march flag.
-#define EVALRUN_GPTQ_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+// call (quant/isa.hpp), so the binary needs no -march flag.
 
 namespace evalrun::quant::gptq_kernels {
 namespace {
@@ -151,28 +152,8 @@ EVALRUN_INLINE void gemv_all(const Packed& p, const float* x, std::int64_t M, st
   }
 }
 
-__attribute__((target("arch=x86-64-v4"))) void gemv_avx512(const Packed& p, const float* x, std::int64_t M,
-                                                            std::int64_t ldx, const float* xsum, std::int64_t b0,
-                                                            std::int64_t b1, float* y, std::int64_t ldy, float alpha,
-                                                            float beta, const float* bias) {
-  gemv_all<true>(p, x, M, ldx, xsum, b0, b1, y, ldy, alpha, beta, bias);
-}
-
-__attribute__((target_clones("arch=x86-64-v3", "default"))) void gemv_other(
-    const Packed& p, const float* x, std::int64_t M, std::int64_t ldx, const float* xsum, std::int64_t b0,
-    std::int64_t b1, float* y, std::int64_t ldy, float alpha, float beta, const float* bias) {
-  gemv_all<false>(p, x, M, ldx, xsum, b0, b1, y, ldy, alpha, beta, bias);
-}
-
-bool have_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
-                          __builtin_cpu_supports("avx512vl");
-  return yes;
-}
-
-EVALRUN_GPTQ_CLONES void dequantize_impl(const Packed& p, std::int64_t k0, std::int64_t k1, std::int64_t b0,
-                                         std::int64_t b1, float* dst, std::int64_t ldd) {
+EVALRUN_INLINE void dequantize_body(const Packed& p, std::int64_t k0, std::int64_t k1, std::int64_t b0,
+                                    std::int64_t b1, float* dst, std::int64_t ldd) {
   for (std::int64_t b = b0; b < b1; ++b) {
     const std::uint32_t* qb = p.q + b * p.kwords * kBlock;
     for (std::int64_t g = 0; g < p.groups; ++g) {
@@ -201,20 +182,40 @@ EVALRUN_GPTQ_CLONES void dequantize_impl(const Packed& p, std::int64_t k0, std::
   }
 }
 
+
+// The three compilations of each kernel. The 4-bit table lookup needs AVX-512's 16-lane permutation;
+// AVX2 and the baseline mask and convert instead (GCC would emulate the permutation lane by lane).
+#define EVALRUN_GEMV_ARGS                                                                                          \
+  const Packed &p, const float *x, std::int64_t M, std::int64_t ldx, const float *xsum, std::int64_t b0,         \
+      std::int64_t b1, float *y, std::int64_t ldy, float alpha, float beta, const float *bias
+EVALRUN_TARGET_V4 void gemv_v4(EVALRUN_GEMV_ARGS) { gemv_all<true>(p, x, M, ldx, xsum, b0, b1, y, ldy, alpha, beta, bias); }
+EVALRUN_TARGET_V3 void gemv_v3(EVALRUN_GEMV_ARGS) { gemv_all<false>(p, x, M, ldx, xsum, b0, b1, y, ldy, alpha, beta, bias); }
+void gemv_base(EVALRUN_GEMV_ARGS) { gemv_all<false>(p, x, M, ldx, xsum, b0, b1, y, ldy, alpha, beta, bias); }
+
+#define EVALRUN_DEQ_ARGS \
+  const Packed &p, std::int64_t k0, std::int64_t k1, std::int64_t b0, std::int64_t b1, float *dst, std::int64_t ldd
+EVALRUN_TARGET_V4 void dequantize_v4(EVALRUN_DEQ_ARGS) { dequantize_body(p, k0, k1, b0, b1, dst, ldd); }
+EVALRUN_TARGET_V3 void dequantize_v3(EVALRUN_DEQ_ARGS) { dequantize_body(p, k0, k1, b0, b1, dst, ldd); }
+void dequantize_base(EVALRUN_DEQ_ARGS) { dequantize_body(p, k0, k1, b0, b1, dst, ldd); }
+
 }  // namespace
 
 void gemv_blocks(const Packed& p, const float* x, std::int64_t M, std::int64_t ldx, const float* xsum, std::int64_t b0,
                  std::int64_t b1, float* y, std::int64_t ldy, float alpha, float beta, const float* bias) {
-  if (have_avx512()) {
-    gemv_avx512(p, x, M, ldx, xsum, b0, b1, y, ldy, alpha, beta, bias);
-  } else {
-    gemv_other(p, x, M, ldx, xsum, b0, b1, y, ldy, alpha, beta, bias);
+  switch (kernel_isa()) {
+    case Isa::avx512: return gemv_v4(p, x, M, ldx, xsum, b0, b1, y, ldy, alpha, beta, bias);
+    case Isa::avx2: return gemv_v3(p, x, M, ldx, xsum, b0, b1, y, ldy, alpha, beta, bias);
+    case Isa::baseline: return gemv_base(p, x, M, ldx, xsum, b0, b1, y, ldy, alpha, beta, bias);
   }
 }
 
 void dequantize_blocks(const Packed& p, std::int64_t k0, std::int64_t k1, std::int64_t b0, std::int64_t b1, float* dst,
                        std::int64_t ldd) {
-  dequantize_impl(p, k0, k1, b0, b1, dst, ldd);
+  switch (kernel_isa()) {
+    case Isa::avx512: return dequantize_v4(p, k0, k1, b0, b1, dst, ldd);
+    case Isa::avx2: return dequantize_v3(p, k0, k1, b0, b1, dst, ldd);
+    case Isa::baseline: return dequantize_base(p, k0, k1, b0, b1, dst, ldd);
+  }
 }
 
 }  // namespace evalrun::quant::gptq_kernels

@@ -16,6 +16,8 @@
 #include "common/errors.hpp"
 #include "io/safetensors.hpp"
 #include "quant/fp8.hpp"
+#include "quant/fp8_kernels.hpp"
+#include "quant/isa.hpp"
 #include "quant/quant_config.hpp"
 #include "test_util.hpp"
 
@@ -114,6 +116,61 @@ TEST(E4m3, RoundingAgreesWithNearestValueSearch) {
     ASSERT_EQ(static_cast<double>(got), nearest_e4m3(v)) << v;
     ASSERT_EQ(got, quant::e4m3_to_float(quant::float_to_e4m3(v))) << v;
   }
+}
+
+// The vectorized kernels give exactly the scalar definitions' values (every code; random values over
+// all magnitudes, rows of odd lengths so that the scalar tails run too).
+void kernels_equal_scalar_definitions();
+
+std::vector<quant::Isa> kernel_levels() {
+  std::vector<quant::Isa> out;
+  quant::set_kernel_isa_cap(quant::Isa::avx512);
+  for (int level = static_cast<int>(quant::kernel_isa()); level >= 0; --level) out.push_back(static_cast<quant::Isa>(level));
+  return out;
+}
+
+TEST(E4m3, VectorKernelsEqualScalarDefinitions) {
+  for (quant::Isa isa : kernel_levels()) {
+    SCOPED_TRACE(quant::to_string(isa));
+    quant::set_kernel_isa_cap(isa);
+    kernels_equal_scalar_definitions();
+  }
+  quant::set_kernel_isa_cap(quant::Isa::avx512);
+}
+
+void kernels_equal_scalar_definitions() {
+  std::vector<std::uint8_t> codes;
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7F) != 0x7F) codes.push_back(static_cast<std::uint8_t>(c));
+  }
+  const std::int64_t n = static_cast<std::int64_t>(codes.size());  // 254: 15 vectors and a tail
+  const float scales[2] = {1.0f, 0.0123f};
+  std::vector<float> out(2 * n);
+  std::vector<std::uint8_t> two_rows(codes);
+  two_rows.insert(two_rows.end(), codes.begin(), codes.end());
+  quant::fp8_kernels::dequantize_rows(two_rows.data(), 2, n, scales, 1, out.data());
+  for (std::int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(out[i], quant::e4m3_to_float(codes[i])) << int(codes[i]);
+    ASSERT_EQ(out[n + i], quant::e4m3_to_float(codes[i]) * 0.0123f) << int(codes[i]);
+  }
+  std::mt19937_64 rng(8);
+  std::uniform_real_distribution<double> exponent(-14.0, 10.0);
+  const std::int64_t rows = 40, in = 509;
+  std::vector<float> x(rows * in), q(rows * in);
+  for (auto& v : x) v = static_cast<float>((rng() & 1 ? -1.0 : 1.0) * std::exp2(exponent(rng)));
+  x[3] = std::numeric_limits<float>::infinity();
+  x[4] = 0.0f;
+  x[5] = -0.0f;
+  quant::fp8_kernels::round_rows(x.data(), rows, in, in, 1.0f, q.data());
+  for (std::int64_t i = 0; i < rows * in; ++i) {
+    ASSERT_EQ(q[i], quant::round_to_e4m3(x[i])) << x[i];
+    ASSERT_EQ(std::signbit(q[i]), std::signbit(x[i])) << x[i];
+  }
+  // dynamic: per row, max |x| / 448
+  quant::fp8_kernels::round_rows(x.data() + in, 1, in, in, 0.0f, q.data());
+  float amax = 0;
+  for (std::int64_t k = 0; k < in; ++k) amax = std::max(amax, std::fabs(x[in + k]));
+  for (std::int64_t k = 0; k < in; ++k) ASSERT_EQ(q[k], quant::round_to_e4m3(x[in + k] / (amax / 448.0f)) * (amax / 448.0f));
 }
 
 // ---- settings -----------------------------------------------------------------------------------
@@ -224,13 +281,18 @@ void check_layer(const Case& c, std::uint64_t seed) {
 }
 
 TEST(Fp8Linear, MatchesDequantizedProductWithRoundedActivations) {
-  std::uint64_t seed = 1;
-  for (bool per_channel : {false, true}) {
-    for (bool static_act : {false, true}) {
-      for (bool bias : {false, true}) check_layer({96, 80, per_channel, static_act, bias}, seed++);
+  for (quant::Isa isa : kernel_levels()) {
+    SCOPED_TRACE(quant::to_string(isa));
+    quant::set_kernel_isa_cap(isa);
+    std::uint64_t seed = 1;
+    for (bool per_channel : {false, true}) {
+      for (bool static_act : {false, true}) {
+        for (bool bias : {false, true}) check_layer({96, 80, per_channel, static_act, bias}, seed++);
+      }
     }
+    check_layer({768, 130, true, false, true}, seed++);  // several output tiles, the last one partial
   }
-  check_layer({768, 130, true, false, true}, seed++);  // several output tiles, the last one partial
+  quant::set_kernel_isa_cap(quant::Isa::avx512);
 }
 
 TEST(Fp8Linear, ResidentBytesAreAboutOneBytePerWeight) {

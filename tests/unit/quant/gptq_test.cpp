@@ -15,6 +15,7 @@
 #include "common/errors.hpp"
 #include "io/safetensors.hpp"
 #include "quant/gptq.hpp"
+#include "quant/isa.hpp"
 #include "quant/quant_config.hpp"
 #include "test_util.hpp"
 
@@ -204,6 +205,8 @@ std::string name(const Case& c) {
          (c.f32_scales ? " f32 scales" : "") + (c.omit_g_idx ? " no g_idx" : "");
 }
 
+double worst_all = 0;  // largest relative error seen (printed)
+
 // y = beta * y0 + alpha * (x W^T + b) against the double-precision product; the bound is float
 // rounding of the sum: 1e-5 relative to sum |x| |W| (+ |b|).
 void check_layer(const Case& c, std::uint64_t seed) {
@@ -229,14 +232,15 @@ void check_layer(const Case& c, std::uint64_t seed) {
 
   std::mt19937_64 rng(seed + 1);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (std::int64_t M : {1, 2, 3, 5, 8, 9, 64}) {
-    for (int variant = 0; variant < 2; ++variant) {
-      // variant 1: strided x and y, alpha 0.5, beta 1 (accumulate into y)
-      const std::int64_t ldx = c.in + (variant ? 3 : 0), ldy = c.out + (variant ? 5 : 0);
-      const float alpha = variant ? 0.5f : 1.0f, beta = variant ? 1.0f : 0.0f;
+  for (std::int64_t M : {1, 2, 3, 5, 8, 9, 33, 64}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      // variant 1: strided x and y, alpha 0.5, beta 1 (accumulate into y); variant 2: x with a large
+      // common offset (the zero points' share, z * sum(x), nearly cancels x . q)
+      const std::int64_t ldx = c.in + (variant == 1 ? 3 : 0), ldy = c.out + (variant == 1 ? 5 : 0);
+      const float alpha = variant == 1 ? 0.5f : 1.0f, beta = variant == 1 ? 1.0f : 0.0f;
       std::vector<float> x(M * ldx), y(M * ldy);
-      for (auto& v : x) v = nd(rng);
-      for (auto& v : y) v = variant ? nd(rng) : std::nanf("");  // beta 0 must ignore y
+      for (auto& v : x) v = nd(rng) + (variant == 2 ? 20.0f : 0.0f);
+      for (auto& v : y) v = variant == 1 ? nd(rng) : std::nanf("");  // beta 0 must ignore y
       const std::vector<float> y0 = y;
       layer->forward(x.data(), M, ldx, y.data(), ldy, alpha, beta);
       double worst = 0;
@@ -251,6 +255,7 @@ void check_layer(const Case& c, std::uint64_t seed) {
           const double want = (beta != 0 ? y0[m * ldy + o] : 0.0) + alpha * acc;
           const double err = std::fabs(y[m * ldy + o] - want) / (mag * alpha + 1e-30);
           worst = std::max(worst, err);
+          worst_all = std::max(worst_all, err);
           ASSERT_LE(err, 1e-5) << "M " << M << " variant " << variant << " row " << m << " col " << o << ": "
                                << y[m * ldy + o] << " vs " << want;
         }
@@ -260,6 +265,19 @@ void check_layer(const Case& c, std::uint64_t seed) {
     }
   }
 }
+
+// Every kernel version this CPU can run (AVX-512, AVX2, baseline), lowest last.
+std::vector<quant::Isa> kernel_levels() {
+  std::vector<quant::Isa> out;
+  quant::set_kernel_isa_cap(quant::Isa::avx512);
+  for (int level = static_cast<int>(quant::kernel_isa()); level >= 0; --level) out.push_back(static_cast<quant::Isa>(level));
+  return out;
+}
+
+struct IsaCap {  // restores the default on scope exit
+  explicit IsaCap(quant::Isa isa) { quant::set_kernel_isa_cap(isa); }
+  ~IsaCap() { quant::set_kernel_isa_cap(quant::Isa::avx512); }
+};
 
 TEST(GptqLinear, MatchesDequantizedFloatProduct) {
   std::uint64_t seed = 100;
@@ -272,6 +290,16 @@ TEST(GptqLinear, MatchesDequantizedFloatProduct) {
         }
       }
     }
+  }
+  std::printf("largest error relative to sum |x| |W|: %.3g\n", worst_all);
+}
+
+TEST(GptqLinear, EveryKernelVersionMatches) {
+  for (quant::Isa isa : kernel_levels()) {
+    SCOPED_TRACE(quant::to_string(isa));
+    IsaCap cap(isa);
+    check_layer({256, 48, 32, false, true, false, true}, 40);
+    check_layer({64, 40, 20, true, true, true, false}, 41);
   }
 }
 

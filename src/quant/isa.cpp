@@ -1,0 +1,44 @@
+#include "quant/isa.hpp"
+
+#include <atomic>
+
+namespace evalrun::quant {
+
+namespace {
+
+Isa detect() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512cd") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") &&
+      __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2")) {
+    return Isa::avx512;
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2") &&
+      __builtin_cpu_supports("f16c")) {
+    return Isa::avx2;
+  }
+  return Isa::baseline;
+}
+
+std::atomic<int> g_cap{static_cast<int>(Isa::avx512)};
+
+}  // namespace
+
+Isa kernel_isa() {
+  static const Isa detected = detect();
+  const int cap = g_cap.load(std::memory_order_relaxed);
+  return static_cast<int>(detected) < cap ? detected : static_cast<Isa>(cap);
+}
+
+void set_kernel_isa_cap(Isa cap) { g_cap.store(static_cast<int>(cap)); }
+
+const char* to_string(Isa isa) {
+  switch (isa) {
+    case Isa::baseline: return "x86-64";
+    case Isa::avx2: return "avx2";
+    case Isa::avx512: return "avx512";
+  }
+  return "?";
+}
+
+}  // namespace evalrun::quant

@@ -1,0 +1,22 @@
+// Which instruction set the quantized kernels use (internal to src/quant). Each kernel is compiled
+// three times: for x86-64-v4 (AVX-512), x86-64-v3 (AVX2 + FMA) and the x86-64 baseline, and picks one
+// per call from the CPU's features, so the binary needs no -march flag. Tests lower the cap to run the
+// other versions on the same CPU.
+#pragma once
+
+namespace evalrun::quant {
+
+enum class Isa { baseline = 0, avx2 = 1, avx512 = 2 };
+
+// The best the CPU supports, at most the cap.
+Isa kernel_isa();
+// Caps kernel_isa() (tests); Isa::avx512 = no cap.
+void set_kernel_isa_cap(Isa cap);
+const char* to_string(Isa isa);
+
+}  // namespace evalrun::quant
+
+// Compiles one kernel body (a function template or an inline function taking the same arguments)
+// for the three levels; used inside the kernels' .cpp files.
+#define EVALRUN_TARGET_V4 __attribute__((target("arch=x86-64-v4")))
+#define EVALRUN_TARGET_V3 __attribute__((target("arch=x86-64-v3")))
