@@ -48,6 +48,13 @@ class Int8Cli : public ::testing::Test {
                                             << "\"\n" << gen_task
                                             << "[quantization]\nmethod = \"int8\"\ndirect = true\nweights = "
                                                "\"per_tensor\"\nsmoothquant = true\n";
+    std::ofstream corpus(dir_ / "corpus.txt");
+    for (int i = 0; i < 6; ++i) corpus << "The river flows through the old city, and a small boat sails around the island.\n";
+    corpus.close();
+    std::ofstream(dir_ / "ppl_direct.toml") << "[run]\nname = \"ppl\"\nthreads = 1\n[model]\npath = \"" << path("llama")
+                                            << "\"\n[task]\nkind = \"perplexity\"\ndataset = \"" << path("corpus.txt")
+                                            << "\"\ncontext_length = 48\nstride = 20\n[quantization]\nmethod = \"int8\"\n"
+                                               "direct = true\nactivations = \"per_tensor_asymm\"\ncalibration_samples = 2\n";
     std::ofstream(dir_ / "gen_ckpt.toml") << "[run]\nname = \"gen\"\nthreads = 1\n[model]\npath = \""
                                           << path("llama-int8") << "\"\n" << gen_task;
   }
@@ -189,6 +196,19 @@ TEST_F(Int8Cli, DecoderQuantizesDirectlyAndAsACheckpoint) {
   EXPECT_EQ(cfg.at("quantization_config").at("smoothquant_layers").size(), 14u);  // 2 layers x 7 projections
   Checkpoint ckpt(path("llama-int8"));
   EXPECT_EQ(ckpt.get("model.layers.0.mlp.gate_proj.weight_scale").shape, std::vector<std::int64_t>{1});
+}
+
+TEST_F(Int8Cli, PerplexityCalibratesOnTheFirstWindowsOnEveryRank) {
+  auto r = run_process(mpirun(2) + kBin + " " + path("ppl_direct.toml") + " --set output.path=" + quote(path("ppl2.h5")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run("ppl_direct.toml", "ppl1.h5", "--set task.batch_size=3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  H5Reader a(path("ppl1.h5")), b(path("ppl2.h5"));
+  const std::string q = a.attr_string("/", "quantization");
+  EXPECT_NE(q.find("calibrated on 2 examples"), std::string::npos) << q;
+  EXPECT_NE(q.find("per_tensor_asymm"), std::string::npos) << q;
+  EXPECT_NEAR(a.attr_double("/metrics", "perplexity"), b.attr_double("/metrics", "perplexity"), 1e-4);
+  EXPECT_GT(a.attr_double("/metrics", "perplexity"), 1.0);
 }
 
 }  // namespace
