@@ -142,7 +142,7 @@ int quantize_command(int argc, char** argv) {
       bytes += p->resident_bytes();
     }
   }
-  std::printf("wrote %s: %zu layers quantized (%s), %.1f MiB of int8 layers\n", out.c_str(), layers,
+  std::printf("wrote %s: %zu layers quantized (%s), %.2f MiB of int8 layers\n", out.c_str(), layers,
               settings.describe().c_str(), static_cast<double>(bytes) / (1 << 20));
   return kExitOk;
 }
