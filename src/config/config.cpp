@@ -19,6 +19,7 @@
 
 #include "common/errors.hpp"
 #include "common/text.hpp"
+#include "common/utf8.hpp"
 
 namespace evalrun {
 namespace {
@@ -477,6 +478,13 @@ class Loader {
                 "')");
     o.section = lhs.substr(0, dot);
     o.key = lhs.substr(dot + 1);
+    // TOML text is UTF-8; a bare-word value that is not would be kept as a string that the stored
+    // config_text could not be parsed back from (found by fuzz/config_fuzz.cpp).
+    for (std::size_t i = 0; i < rhs.size();) {
+      const Utf8Char c = decode_utf8_at(rhs, i);
+      if (!c.valid) throw bad("the value is not valid UTF-8");
+      i += static_cast<std::size_t>(c.length);
+    }
     // A TOML value if it is one (4, true, "x", 0.5); otherwise the text itself as a string, so
     // `--set model.dtype=bf16` needs no shell-escaped quotes.
     o.value = toml::value(rhs);

@@ -132,7 +132,12 @@ TensorView parse_entry(const std::string& path, const std::string& name, const j
     throw InputError(where, "data_offsets end " + std::to_string(end) + " is past the data buffer (" +
                                 std::to_string(buffer_size) + " bytes)");
   std::size_t expected = 0;
-  if (!byte_size(v.shape, dt->size, expected))
+  // The element count must fit int64 too (TensorView::numel, torch): a shape like [2^62, 3, 0] has
+  // 0 bytes, so byte_size alone let it through (fuzz/safetensors_fuzz.cpp checks numel).
+  std::int64_t numel = 1;
+  bool numel_overflow = false;
+  for (auto d : v.shape) numel_overflow = numel_overflow || __builtin_mul_overflow(numel, d, &numel);
+  if (numel_overflow || !byte_size(v.shape, dt->size, expected))
     throw InputError(where, "shape " + shape_str(v.shape) + " is too large");
   if (end - begin != expected)
     throw InputError(where, "data_offsets span " + std::to_string(end - begin) + " bytes but " + dts + " " +

@@ -43,6 +43,9 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::map<std::string, TensorView>& tensors() const { return tensors_; }
   const TensorView* find(const std::string& name) const;  // nullptr if absent
+  // The whole mapped file (8-byte length, header, data buffer): every TensorView lies inside it.
+  const std::byte* mapped_data() const { return static_cast<const std::byte*>(map_); }
+  std::size_t mapped_size() const { return map_size_; }
 
  private:
   std::string path_;

@@ -110,6 +110,9 @@ std::vector<SquadExample> read_squad_json(const std::string& path, const std::st
   } catch (const json::parse_error& e) {
     throw InputError(path + ":" + std::to_string(line_of(text, e.byte == 0 ? 0 : e.byte - 1)),
                      std::string("malformed JSON: ") + e.what());
+  } catch (const json::exception& e) {
+    // nlohmann reports a number too large for a double (1e400) as out_of_range, not parse_error.
+    throw InputError(path, std::string("malformed JSON: ") + e.what());
   }
   require_object(doc, path);
   const json& data = require_array(doc, "data", path);
@@ -166,7 +169,7 @@ std::vector<SquadExample> read_squad_jsonl(const std::string& path, const std::s
     json q;
     try {
       q = json::parse(line);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
       throw InputError(lw, std::string("malformed JSON: ") + e.what());
     }
     require_object(q, lw);

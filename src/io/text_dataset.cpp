@@ -32,7 +32,7 @@ std::vector<TextSample> read_text_samples(const std::string& path) {
       nlohmann::json j;
       try {
         j = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::parse_error& e) {
+      } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e400
         throw InputError(where, std::string("malformed JSON: ") + e.what());
       }
       if (!j.is_object()) throw InputError(where, "expected a JSON object per line");

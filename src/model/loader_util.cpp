@@ -140,7 +140,7 @@ nlohmann::json read_config_json(const std::string& path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e400
     throw InputError(path, std::string("not valid JSON: ") + e.what());
   }
   if (!j.is_object()) throw InputError(path, "must hold a JSON object");

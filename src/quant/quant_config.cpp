@@ -27,7 +27,7 @@ nlohmann::json parse_json_file(const fs::path& path) {
   if (!in) throw InputError(path.string(), "cannot be read");
   try {
     return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e400
     throw InputError(path.string(), std::string("not valid JSON: ") + e.what());
   }
 }

@@ -48,7 +48,7 @@ json parse_json_file(const std::string& path) {
   const std::string text = read_file(path);
   try {
     return json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     throw InputError(path, std::string("malformed JSON: ") + e.what());
   }
 }
@@ -187,6 +187,11 @@ void BpeModel::encode_text(const CodePoints& cps, std::string_view text, int beg
 
 namespace {
 
+// Ids index dense tables (id -> token, id -> bytes), so one id far past the number of tokens would
+// make a tiny file allocate gigabytes ({"a": 2147483647} asked for 64 GiB: found by fuzz_bpe). Real
+// vocabularies are dense; ids may leave at most this many unused ids.
+constexpr std::int64_t kMaxUnusedIds = 1 << 20;
+
 std::int64_t json_id(const json& v, const std::string& where) {
   if (!v.is_number_integer()) throw InputError(where, "expected an integer token id, got " + v.dump());
   const auto id = v.get<std::int64_t>();
@@ -264,6 +269,10 @@ void load_vocab_object(const json& obj, const std::string& where, BpeModel& impl
     max_id = std::max(max_id, id);
   }
   if (impl.vocab.empty()) throw InputError(where, "the vocabulary is empty");
+  if (max_id >= static_cast<std::int64_t>(impl.vocab.size()) + kMaxUnusedIds) {
+    throw InputError(where, "token id " + std::to_string(max_id) + " is far past the vocabulary's " +
+                                std::to_string(impl.vocab.size()) + " entries (ids should be dense)");
+  }
   impl.id_to_token.assign(static_cast<std::size_t>(max_id + 1), std::string());
   for (const auto& [tok, id] : impl.vocab) impl.id_to_token[static_cast<std::size_t>(id)] = tok;
 }
@@ -309,6 +318,8 @@ class AddedTokenSet {
     return tokens_.back();
   }
   std::vector<AddedToken>& tokens() { return tokens_; }
+  // Ids at or past this are refused (see kMaxUnusedIds); set once the vocabulary is read.
+  std::int64_t id_limit = kMaxUnusedIds;
 
  private:
   std::vector<AddedToken> tokens_;
@@ -319,6 +330,9 @@ class AddedTokenSet {
 std::string read_added_token(const json& v, const std::string& where, AddedTokenSet& set,
                              std::optional<std::int64_t> id, bool special) {
   if (v.is_string()) {
+    if (id && *id >= set.id_limit) {
+      throw InputError(where, "token id " + std::to_string(*id) + " is far past the vocabulary (ids should be dense)");
+    }
     AddedToken& t = set.get(v.get<std::string>());
     if (id) t.id = *id;
     t.special = t.special || special;
@@ -330,6 +344,9 @@ std::string read_added_token(const json& v, const std::string& where, AddedToken
   AddedToken& t = set.get(v["content"].get<std::string>());
   if (id) t.id = *id;
   if (v.contains("id")) t.id = json_id(v["id"], where + ".id");
+  if (t.id >= set.id_limit) {
+    throw InputError(where, "token id " + std::to_string(t.id) + " is far past the vocabulary (ids should be dense)");
+  }
   auto flag = [&](const char* key, bool& dst) {
     if (!v.contains(key)) return;
     if (!v[key].is_boolean()) throw InputError(where + "." + key, "expected true or false");
@@ -445,7 +462,18 @@ ByteLevelBPE ByteLevelBPE::from_dir(const std::string& dir) {
       throw InputError(path, "missing \"model\" object");
     }
     const json& model = tokenizer_json["model"];
-    const std::string type = model.value("type", std::string("BPE"));
+    // json::value() throws type_error on a present key of another type: check the type first.
+    auto string_key = [&](const json& obj, const char* key, const std::string& fallback, const std::string& where) {
+      if (!obj.contains(key)) return fallback;
+      if (!obj[key].is_string()) throw InputError(where, "expected a string, got " + obj[key].dump());
+      return obj[key].get<std::string>();
+    };
+    auto bool_key = [&](const json& obj, const char* key, bool fallback, const std::string& where) {
+      if (!obj.contains(key)) return fallback;
+      if (!obj[key].is_boolean()) throw InputError(where, "expected true or false, got " + obj[key].dump());
+      return obj[key].get<bool>();
+    };
+    const std::string type = string_key(model, "type", "BPE", path + ": model.type");
     if (type != "BPE") throw InputError(path + ": model.type", "only BPE tokenizers are supported, got '" + type + "'");
     if (!model.contains("vocab")) throw InputError(path + ": model.vocab", "missing");
     if (!model.contains("merges")) throw InputError(path + ": model.merges", "missing");
@@ -457,15 +485,15 @@ ByteLevelBPE ByteLevelBPE::from_dir(const std::string& dir) {
     }
     if (tokenizer_json.contains("pre_tokenizer") && !tokenizer_json["pre_tokenizer"].is_null()) {
       const json& pre = tokenizer_json["pre_tokenizer"];
-      const std::string pre_type = pre.is_object() ? pre.value("type", std::string()) : std::string();
+      const std::string pre_type = pre.is_object() ? string_key(pre, "type", "", path + ": pre_tokenizer.type") : "";
       if (pre_type != "ByteLevel") {
         throw InputError(path + ": pre_tokenizer",
                          "only the GPT-2 \"ByteLevel\" pre-tokenizer is supported, got '" + pre_type + "'");
       }
-      if (pre.value("add_prefix_space", false)) {
+      if (bool_key(pre, "add_prefix_space", false, path + ": pre_tokenizer.add_prefix_space")) {
         throw InputError(path + ": pre_tokenizer.add_prefix_space", "true is not supported");
       }
-      if (!pre.value("use_regex", true)) {
+      if (!bool_key(pre, "use_regex", true, path + ": pre_tokenizer.use_regex")) {
         throw InputError(path + ": pre_tokenizer.use_regex", "false is not supported");
       }
     }
@@ -482,6 +510,7 @@ ByteLevelBPE ByteLevelBPE::from_dir(const std::string& dir) {
     read.push_back(mt);
   }
 
+  set.id_limit = static_cast<std::int64_t>(impl->id_to_token.size()) + kMaxUnusedIds;
   for (const char* name : {"special_tokens_map.json", "tokenizer_config.json"}) {
     const fs::path p = d / name;
     if (!fs::exists(p)) continue;

@@ -53,7 +53,7 @@ std::optional<json> read_json_if_exists(const fs::path& p, std::vector<fs::path>
   json j;
   try {
     j = json::parse(read_file(p.string()));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     throw InputError(p.string(), std::string("malformed JSON: ") + e.what());
   }
   if (!j.is_object()) throw InputError(p.string(), "expected a JSON object");
@@ -153,6 +153,9 @@ DecoderTokenizer DecoderTokenizer::from_dir(const std::string& dir) {
       const std::string content = v["content"].get<std::string>();
       impl->added[content] = id;
       impl->added_content[id] = content;
+      if (v.contains("special") && !v["special"].is_boolean()) {
+        throw InputError(where + ".special", "expected true or false");  // value() would throw type_error
+      }
       if (v.value("special", false)) impl->special.insert(id);
     }
   }
@@ -322,6 +325,10 @@ std::string DecoderTokenizer::decode(const std::vector<std::int64_t>& ids, bool 
     const bool special = m.special.count(id) != 0;
     if (special && skip_special_tokens) continue;
     const auto added = m.added_content.find(id);
+    // A stop or pad id from generation_config.json / config.json past the sentencepiece model (a
+    // padded model vocabulary) has no text: IdToPiece would read past the piece table (SEGV,
+    // reproduced by fuzz_sentencepiece).
+    if (added == m.added_content.end() && (id < 0 || id >= n_pieces)) continue;
     if (special || added != m.added_content.end()) {
       if (special && !prev_special && !first && m.legacy) out += ' ';
       if (!run.empty()) out += m.sp->decode(run);
@@ -329,7 +336,6 @@ std::string DecoderTokenizer::decode(const std::vector<std::int64_t>& ids, bool 
       out += added != m.added_content.end() ? added->second : m.pieces.IdToPiece(static_cast<int>(id));
       prev_special = special;
     } else {
-      if (id < 0 || id >= n_pieces) continue;  // outside the tokenizer (padded model vocab)
       run.push_back(id);
       prev_special = false;
     }

@@ -592,6 +592,18 @@ TEST(ConfigOverride, EmptyValueIsEmptyString) {
   EXPECT_HAS(m, "must not be empty");
 }
 
+// Found by fuzz/config_fuzz.cpp: a bare-word value with invalid UTF-8 was kept as a string, and the
+// config_text stored in the result file then failed to parse ("invalid utf8 sequence").
+TEST(ConfigOverride, InvalidUtf8ValueIsRefused) {
+  std::string m = error_of(kQa, {"output.path=results/\xd9\xf5.h5"});
+  EXPECT_HAS(m, "--set output.path");
+  EXPECT_HAS(m, "not valid UTF-8");
+  // Valid UTF-8 in a bare word still round-trips.
+  RunSpec a = parse_run_spec(kQa, "cfg.toml", {"output.path=results/caf\xc3\xa9.h5"});
+  EXPECT_EQ(a.output.path, "results/caf\xc3\xa9.h5");
+  EXPECT_EQ(parse_run_spec(a.config_text, "again.toml").output.path, a.output.path);
+}
+
 // ---- config_text round trip ---------------------------------------------------------------------
 
 TEST(ConfigText, FullConfigReparsesToSameSpec) {

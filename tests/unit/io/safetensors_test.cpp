@@ -160,6 +160,9 @@ TEST_F(SafetensorsTest, MalformedHeadersAreInputErrors) {
        {"'wc'", "twice"}},
       {"shape_not_int", R"({"wd": {"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]}})", 4, {"'wd'"}},
       {"metadata_not_string", R"({"__metadata__": {"k": 1}})", 0, {"__metadata__", "'k'"}},
+      // 0 bytes, but 2^62 * 3 elements do not fit int64 (TensorView::numel overflowed).
+      {"numel_overflow", R"({"we": {"dtype": "U8", "shape": [4611686018427387904, 3, 0], "data_offsets": [0, 0]}})", 0,
+       {"'we'", "too large"}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.label);

@@ -273,5 +273,38 @@ TEST_F(TinyFiles, ErrorsNameTheFileAndLine) {
   EXPECT_NE(where_of([&] { ByteLevelBPE::from_dir(dir_.string()); }).find("model.merges[1]"), std::string::npos);
 }
 
+// Inputs the fuzz target (fuzz/bpe_fuzz.cpp) showed escaping as other exceptions than InputError.
+TEST_F(TinyFiles, MistypedOrOutOfRangeEntriesAreInputErrors) {
+  const std::string v = R"({"a":0,"b":1,"ab":2})";
+  // Keys of tokenizer.json read with a default: nlohmann's value() threw type_error on another type.
+  for (const auto& [tj, key] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"model":{"type":1,"vocab":)" + v + R"(,"merges":[]}})", "model.type"},
+           {R"({"model":{"vocab":)" + v + R"(,"merges":[]},"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":3}})",
+            "pre_tokenizer.add_prefix_space"},
+           {R"({"model":{"vocab":)" + v + R"(,"merges":[]},"pre_tokenizer":{"type":"ByteLevel","use_regex":"no"}})",
+            "pre_tokenizer.use_regex"},
+           {R"({"model":{"vocab":)" + v + R"(,"merges":[]},"pre_tokenizer":{"type":[]}})", "pre_tokenizer.type"}}) {
+    write(dir_ / "tokenizer.json", tj);
+    EXPECT_NE(where_of([&] { ByteLevelBPE::from_dir(dir_.string()); }).find(key), std::string::npos) << tj;
+  }
+  fs::remove(dir_ / "tokenizer.json");
+  // A number too large for a double is out_of_range in nlohmann, not parse_error.
+  write_pair(R"({"a": 1e400})", "");
+  EXPECT_EQ(where_of([&] { ByteLevelBPE::from_dir(dir_.string()); }), (dir_ / "vocab.json").string());
+  // Ids index dense tables: one id far past the vocabulary asked for 64 GiB (std::bad_alloc).
+  write_pair(R"({"a":0,"b":2147483647})", "");
+  EXPECT_EQ(where_of([&] { ByteLevelBPE::from_dir(dir_.string()); }), (dir_ / "vocab.json").string());
+  write_pair(v, "a b\n");
+  write(dir_ / "tokenizer_config.json", R"({"added_tokens_decoder": {"99999999999": {"content": "<x>"}}})");
+  EXPECT_NE(where_of([&] { ByteLevelBPE::from_dir(dir_.string()); }).find("added_tokens_decoder.99999999999"),
+            std::string::npos);
+  // A sparse vocabulary and an added token a little past it still load.
+  write_pair(R"({"a":0,"b":1,"ab":5})", "a b\n");
+  write(dir_ / "tokenizer_config.json", R"({"added_tokens_decoder": {"1000": {"content": "<x>"}}})");
+  const auto tok = ByteLevelBPE::from_dir(dir_.string());
+  EXPECT_EQ(tok.vocab_size(), 1001);
+  EXPECT_EQ(tok.encode("ab<x>").ids, (Ids{5, 1000}));
+}
+
 }  // namespace
 }  // namespace evalrun

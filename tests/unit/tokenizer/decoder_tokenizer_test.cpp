@@ -121,6 +121,33 @@ TEST_F(BpeDir, ErrorsNameTheFileAndKey) {
   fs::remove_all(empty);
 }
 
+TEST_F(BpeDir, MistypedSpecialFlagAndHugeNumberAreInputErrors) {
+  // nlohmann's value("special", false) threw type_error on a non-boolean (found by fuzz_sentencepiece).
+  write(dir_ / "tokenizer_config.json", R"({"added_tokens_decoder": {"0": {"content": "<s>", "special": 3}}})");
+  EXPECT_THROW(DecoderTokenizer::from_dir(dir_.string()), InputError);
+  write(dir_ / "tokenizer_config.json", R"({"bos_token": "<s>"})");
+  write(dir_ / "generation_config.json", R"({"eos_token_id": 1e400})");  // out_of_range, not parse_error
+  EXPECT_THROW(DecoderTokenizer::from_dir(dir_.string()), InputError);
+}
+
+// The 512-piece stories260K sentencepiece model, committed as a fuzz seed (fuzz/data/tok512.model).
+TEST(DecoderTokenizerSentencepiece, StopIdPastTheModelDecodesToNothing) {
+  const auto dir = testing::make_temp_dir("evalrun-dectok-spm");
+  fs::copy_file(EVALRUN_TOK512_MODEL, dir / "tokenizer.model");
+  // A padded model vocabulary: a stop id past the 512 pieces. decode() read past the piece table
+  // (SEGV under ASan, reproduced by fuzz_sentencepiece).
+  write(dir / "generation_config.json", R"({"eos_token_id": [2, 100000]})");
+  const auto t = DecoderTokenizer::from_dir(dir.string());
+  EXPECT_EQ(t.vocab_size(), 512);
+  EXPECT_EQ(t.stop_ids(), (Ids{2, 100000}));
+  const Ids ids = t.encode_without_bos("Once upon a time");
+  Ids with_stop = ids;
+  with_stop.push_back(100000);
+  EXPECT_EQ(t.decode(with_stop, false), t.decode(ids, false));
+  EXPECT_EQ(t.decode(with_stop, true), "Once upon a time");
+  fs::remove_all(dir);
+}
+
 TEST(DecoderTokenizerStories, EncodesLikeLlamaTokenizerAndDecodesTheReadmeText) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const auto t = DecoderTokenizer::from_dir(data + "/models/stories260K");

@@ -1,0 +1,21 @@
+# The fuzz targets and the libraries each links, shared by fuzz/CMakeLists.txt (libFuzzer builds)
+# and tests/fuzz/CMakeLists.txt (corpus replay in the test suite).
+set(EVALRUN_FUZZ_TARGETS safetensors config squad prompts text_dataset bpe sentencepiece)
+set(EVALRUN_FUZZ_LIBS_safetensors evalrun_io)
+set(EVALRUN_FUZZ_LIBS_config evalrun_config)
+set(EVALRUN_FUZZ_LIBS_squad evalrun_io)
+set(EVALRUN_FUZZ_LIBS_prompts evalrun_io)
+set(EVALRUN_FUZZ_LIBS_text_dataset evalrun_io)
+set(EVALRUN_FUZZ_LIBS_bpe evalrun_tokenizer)
+set(EVALRUN_FUZZ_LIBS_sentencepiece evalrun_tokenizer)
+
+# evalrun_fuzz_executable(TARGET NAME [extra sources]): TARGET built from fuzz/NAME_fuzz.cpp.
+function(evalrun_fuzz_executable target name)
+  set(dir ${PROJECT_SOURCE_DIR}/fuzz)
+  add_executable(${target} ${dir}/${name}_fuzz.cpp ${ARGN})
+  target_include_directories(${target} PRIVATE ${dir})
+  target_link_libraries(${target} PRIVATE ${EVALRUN_FUZZ_LIBS_${name}} evalrun_warnings)
+  if(name STREQUAL "sentencepiece")
+    target_compile_definitions(${target} PRIVATE EVALRUN_FUZZ_SPM_MODEL="${dir}/data/tok512.model")
+  endif()
+endfunction()
