@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -94,6 +95,10 @@ double overlap_f1(const std::vector<std::string>& pred, const std::vector<std::s
 }
 
 void write_text_file(const std::string& path, const std::string& text) {
+  // Like the result file: the directory is made when missing (results/ in a fresh clone).
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) throw InputError(path, "cannot open for writing");
   out << text;
