@@ -166,7 +166,10 @@ TEST(PredictionFiles, WritesUtilsQaLayout) {
   const auto odds = dir / "null_odds.json";
   write_null_odds_json(odds.string(), {"id1", "id2"}, {p, q});
   EXPECT_EQ(slurp(odds), "{\n    \"id1\": 0.0,\n    \"id2\": 0.5\n}\n");
-  EXPECT_THROW(write_predictions_json((dir / "no-such-dir" / "p.json").string(), {}), InputError);
+  // a missing directory is made (as for the result file); a path under a regular file cannot be written
+  write_predictions_json((dir / "new-dir" / "p.json").string(), {});
+  EXPECT_TRUE(std::filesystem::exists(dir / "new-dir" / "p.json"));
+  EXPECT_THROW(write_predictions_json((odds / "p.json").string(), {}), InputError);
   std::filesystem::remove_all(dir);
 }
 
