@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -36,6 +37,16 @@ int choose_threads(const RunSpec& spec, const MpiWorld& world) {
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const int share = std::max(1, cores / std::max(1, world.local_size()));
   return std::max(1, std::min(share, allowed));
+}
+
+// This process's peak resident set (VmHWM), 0 where /proc is not there.
+std::size_t peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return static_cast<std::size_t>(std::strtoull(line.c_str() + 6, nullptr, 10)) * 1024;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -115,6 +126,7 @@ int run_command(const MpiWorld& world, const RunSpec& spec) {
     if (tp_rank != 0) mine = no_results();
     times.inference = seconds_since(t0);
     if (group) times.allreduce = group->allreduce_seconds();
+    prov.peak_rss_bytes = peak_rss_bytes();
   });
   auto gathered = world.gather(mine);
   mine.clear();
