@@ -177,7 +177,9 @@ class DecoderFlow : public TaskFlow {
     return w;
   }
 
-  void load(const RunSpec& spec, const std::string& shard, const std::string& all_shared, Provenance& prov) override {
+  void load(const RunSpec& spec, const std::string& shard, const std::string& all_shared, Provenance& prov,
+            Communicator* tp) override {
+    refuse_direct_with_tp(spec);
     std::string shared = all_shared, calibration;
     if (spec.quantization.direct) {
       ByteReader b(all_shared);
@@ -186,7 +188,7 @@ class DecoderFlow : public TaskFlow {
     }
     if (spec.quantization.direct) require_float_checkpoint(spec);
     model_ = DecoderModel::load(spec.model.path, spec.model.dtype, spec.model.device,
-                                spec.quantization.direct ? "none" : spec.quantization.method);
+                                spec.quantization.direct ? "none" : spec.quantization.method, tp);
     const auto& cfg = model_->config();
     prov.compute_dtype = model_->compute_dtype();
     prov.quantization = model_->quantization();
@@ -197,6 +199,7 @@ class DecoderFlow : public TaskFlow {
       prov.quantization = settings.describe() + " (direct)";
       log().info("int8: quantized in memory: {}", settings.describe());
     }
+    prov.weight_bytes = model_->weight_bytes();
     prov.architecture = cfg.architectures.empty() ? cfg.model_type : cfg.architectures.front();
     if (tokenizer_) prov.tokenizer_sha256 = tokenizer_->sha256();
     ByteReader r(shard);

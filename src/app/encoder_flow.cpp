@@ -441,11 +441,13 @@ class EncoderFlow : public TaskFlow {
     return w;
   }
 
-  void load(const RunSpec& spec, const std::string& shard, const std::string& shared, Provenance& prov) override {
+  void load(const RunSpec& spec, const std::string& shard, const std::string& shared, Provenance& prov,
+            Communicator* tp) override {
     items_ = deserialize_items(shard);
+    refuse_direct_with_tp(spec);
     if (spec.quantization.direct) require_float_checkpoint(spec);
     model_ = RobertaModel::load(spec.model.path, spec.model.dtype, spec.model.device,
-                                spec.quantization.direct ? "none" : spec.quantization.method);
+                                spec.quantization.direct ? "none" : spec.quantization.method, tp);
     const auto want = spec.task.kind == TaskKind::qa ? RobertaHead::question_answering : RobertaHead::masked_lm;
     if (model_->head() != want) {
       throw InputError(spec.model.path + "/config.json",
@@ -464,6 +466,7 @@ class EncoderFlow : public TaskFlow {
       prov.quantization = settings.describe() + " (direct)";
       log().info("int8: quantized in memory: {}", settings.describe());
     }
+    prov.weight_bytes = model_->weight_bytes();
     prov.architecture = model_->config().architectures.empty() ? "" : model_->config().architectures.front();
     if (prepared_.tokenizer) prov.tokenizer_sha256 = prepared_.tokenizer->sha256();
   }

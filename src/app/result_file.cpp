@@ -42,6 +42,8 @@ void write_provenance(H5Writer& out, const RunSpec& spec, const Provenance& p) {
   out.set_attr("/", "tensor_parallel", static_cast<std::int64_t>(spec.parallel.tensor_parallel));
   out.set_attr("/", "data_parallel", static_cast<std::int64_t>(p.world_size / spec.parallel.tensor_parallel));
   out.set_attr("/", "threads_per_rank", static_cast<std::int64_t>(p.threads_per_rank));
+  out.set_attr("/", "weight_bytes_per_rank", static_cast<std::int64_t>(p.weight_bytes));
+  out.set_attr("/", "peak_rss_bytes_rank0", static_cast<std::int64_t>(p.peak_rss_bytes));
   out.set_attr("/", "batch_size", static_cast<std::int64_t>(spec.task.batch_size));
   out.set_attr("/", "logits", std::string(to_string(spec.output.logits)));
   out.set_attr("/", "hostname", std::string(host));

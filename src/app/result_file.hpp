@@ -21,6 +21,8 @@ struct Provenance {
   std::string compute_dtype;  // what the arithmetic ran in (fp16 runs compute in float32 on CPU)
   std::string quantization = "none";  // how the linear layers are stored (model quantization())
   int world_size = 1;
+  std::size_t weight_bytes = 0;  // weights rank 0 holds (its part of the model with tensor parallelism)
+  std::size_t peak_rss_bytes = 0;  // rank 0's peak resident set after the run (VmHWM)
   int threads_per_rank = 1;
   std::string start_time;  // ISO 8601 UTC
   std::string end_time;

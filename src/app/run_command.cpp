@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -38,6 +39,16 @@ int choose_threads(const RunSpec& spec, const MpiWorld& world) {
   return std::max(1, std::min(share, allowed));
 }
 
+// This process's peak resident set (VmHWM), 0 where /proc is not there.
+std::size_t peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return static_cast<std::size_t>(std::strtoull(line.c_str() + 6, nullptr, 10)) * 1024;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int run_command(const MpiWorld& world, const RunSpec& spec) {
@@ -45,46 +56,77 @@ int run_command(const MpiWorld& world, const RunSpec& spec) {
   Provenance prov;
   prov.start_time = utc_now_iso8601();
   prov.world_size = world.size();
-  if (spec.parallel.tensor_parallel != 1) {
-    throw InputError(spec.config_path, "parallel.tensor_parallel = " + std::to_string(spec.parallel.tensor_parallel) +
-                                           ": tensor parallelism is not implemented yet (use 1)");
+  // Ranks r*tp .. r*tp + tp-1 form tensor-parallel group r (neighbours, so a group shares a node
+  // when ranks are placed by node); each group is one data-parallel replica.
+  const int tp = spec.parallel.tensor_parallel;
+  if (world.size() % tp != 0) {
+    throw InputError(spec.config_path, "parallel.tensor_parallel = " + std::to_string(tp) + " but the job has " +
+                                           std::to_string(world.size()) +
+                                           " rank(s): the number of ranks must be a multiple of it");
   }
+  const int dp = world.size() / tp, tp_rank = world.rank() % tp, replica = world.rank() / tp;
   const int threads = choose_threads(spec, world);
   set_compute_threads(threads);
   prov.threads_per_rank = threads;
-  log().info("run '{}': task {}, {} rank(s) x {} thread(s), dtype {}, model {}", spec.run.name,
-             to_string(spec.task.kind), world.size(), threads, to_string(spec.model.dtype), spec.model.path);
+  log().info("run '{}': task {}, {} rank(s) = {} replica(s) x {} tensor-parallel, {} thread(s) each, dtype {}, model {}",
+             spec.run.name, to_string(spec.task.kind), world.size(), dp, tp, threads, to_string(spec.model.dtype),
+             spec.model.path);
   const bool encoder = spec.task.kind == TaskKind::qa || spec.task.kind == TaskKind::mlm;
   std::unique_ptr<TaskFlow> flow = encoder ? make_encoder_flow() : make_decoder_flow();
+  std::unique_ptr<Communicator> group;
+  if (tp > 1) group = world.split(replica, tp_rank);
 
-  // 1. rank 0 reads and tokenizes the data set and splits the work.
+  // 1. rank 0 reads and tokenizes the data set and splits the work, one shard per replica.
   PreparedWork work;
+  std::vector<std::string> per_rank;
   world.collective_step([&] {
     if (!world.is_root()) return;
     auto t0 = Clock::now();
-    work = flow->prepare(spec, world.size());
+    work = flow->prepare(spec, dp);
     times.prepare = seconds_since(t0);
     log().info("prepared {} samples -> {} work items in {:.2f} s", work.samples, work.items, times.prepare);
+    for (int r = 0; r < world.size(); ++r) per_rank.push_back(work.shards[static_cast<std::size_t>(r / tp)]);
   });
-  const std::string shard = world.scatter(work.shards);
+  const std::string shard = world.scatter(per_rank);
   world.broadcast(work.shared);
   work.shards.clear();
+  per_rank.clear();
 
-  // 2. every rank loads the model and checks it fits the task and its shard.
-  world.collective_step([&] {
-    auto t0 = Clock::now();
-    flow->load(spec, shard, work.shared, prov);
-    times.load = seconds_since(t0);
-    if (world.is_root()) prov.model_sha256 = checkpoint_sha256(spec.model.path);
-  });
+  // 2. every rank loads the model (its part of it) and checks it fits the task and its shard; at
+  // most parallel.concurrent_loads ranks at a time.
+  const int wave_size = spec.parallel.concurrent_loads > 0 ? spec.parallel.concurrent_loads : world.size();
+  const int waves = (world.size() + wave_size - 1) / wave_size;
+  for (int wave = 0; wave < waves; ++wave) {
+    world.collective_step([&] {
+      if (world.rank() / wave_size != wave) return;
+      auto t0 = Clock::now();
+      flow->load(spec, shard, work.shared, prov, group.get());
+      times.load = seconds_since(t0);
+      if (world.is_root()) prov.model_sha256 = checkpoint_sha256(spec.model.path);
+    });
+  }
   work.shared.clear();
 
-  // 3. every rank runs its shard; rank 0 gathers.
+  // 3. every rank runs its shard; the first rank of each group returns the group's results; rank 0
+  // gathers. A rank that fails inside a group's all-reduce leaves its partners waiting there, out of
+  // reach of collective_step: with tensor parallelism a failure other than bad input (which every
+  // rank of a group meets alike) ends the whole job at once.
   std::string mine;
   world.collective_step([&] {
     auto t0 = Clock::now();
-    mine = flow->run(spec, world.is_root());
+    try {
+      mine = flow->run(spec, world.is_root());
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception& e) {
+      if (tp == 1) throw;
+      log().error("rank {}: {}", world.rank(), e.what());
+      world.abort(kExitFailed);
+    }
+    if (tp_rank != 0) mine = no_results();
     times.inference = seconds_since(t0);
+    if (group) times.allreduce = group->allreduce_seconds();
+    prov.peak_rss_bytes = peak_rss_bytes();
   });
   auto gathered = world.gather(mine);
   mine.clear();

@@ -5,6 +5,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "common/errors.hpp"
 #include "common/logging.hpp"
 #include "common/sha256.hpp"
 #include "dist/sharding.hpp"
@@ -46,6 +47,20 @@ void read_gathered(const std::vector<std::string>& gathered, std::size_t n, cons
   }
 }
 
+std::string no_results() {
+  ByteWriter w;
+  w.put<std::uint64_t>(0);
+  return w.take();
+}
+
+void refuse_direct_with_tp(const RunSpec& spec) {
+  if (spec.quantization.direct && spec.parallel.tensor_parallel > 1) {
+    throw InputError("quantization.direct",
+                     "cannot be combined with parallel.tensor_parallel = " + std::to_string(spec.parallel.tensor_parallel) +
+                         ": quantize once with `evalrun quantize` and run the quantized checkpoint");
+  }
+}
+
 std::vector<std::vector<std::size_t>> balanced_shards(const std::vector<std::int64_t>& cost, int ranks) {
   return shard_by_cost(cost, ranks);
 }
@@ -78,6 +93,7 @@ void write_timing(H5Writer& out, const RunTimes& t, const std::vector<double>& i
   out.set_attr("/timing", "load_seconds", t.load);
   out.set_attr("/timing", "inference_seconds", t.inference);
   out.set_attr("/timing", "model_seconds_all_ranks", t.model_total);
+  out.set_attr("/timing", "allreduce_seconds", t.allreduce);
   out.write("/timing/feature_seconds", item_seconds);
   const double s = t.inference > 0 ? t.inference : 1e-9;
   out.set_attr("/metrics", "samples_per_second", static_cast<double>(samples) / s);

@@ -1,7 +1,9 @@
 // One task's part in a run. run_command drives every flow through the same collective steps:
 //   rank 0: prepare() reads and tokenizes the data set and returns one work shard per rank
 //           (and optionally data every rank needs, e.g. a token stream);
-//   every rank: load() loads the model and checks its shard against it; run() runs the shard;
+//   every rank: load() loads the model (its part of it, with tensor parallelism: `tp` is the rank's
+//           group, null without) and checks its shard against it; run() runs the shard (the ranks
+//           of a tensor-parallel group get the same shard and run it together);
 //   rank 0: finish() gathers every rank's results, post-processes and writes the result file.
 // Shards and results travel as byte buffers (dist/serialize.hpp) so MPI knows nothing of tasks.
 #pragma once
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "app/result_file.hpp"
+#include "dist/communicator.hpp"
 #include "dist/serialize.hpp"
 #include "config/run_spec.hpp"
 #include "io/hdf5_file.hpp"
@@ -24,6 +27,7 @@ double seconds_since(Clock::time_point t0);
 
 struct RunTimes {
   double prepare = 0, load = 0, inference = 0, model_total = 0;
+  double allreduce = 0;  // rank 0's time in tensor-parallel all-reduces
   Clock::time_point start = Clock::now();
 };
 
@@ -38,7 +42,7 @@ class TaskFlow {
   virtual ~TaskFlow() = default;
   virtual PreparedWork prepare(const RunSpec& spec, int ranks) = 0;                    // rank 0
   virtual void load(const RunSpec& spec, const std::string& shard, const std::string& shared,
-                    Provenance& provenance) = 0;                                         // every rank
+                    Provenance& provenance, Communicator* tp) = 0;                       // every rank
   virtual std::string run(const RunSpec& spec, bool report_progress) = 0;               // every rank
   virtual void finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
                       Provenance provenance) = 0;                                        // rank 0
@@ -72,6 +76,13 @@ void write_topk_rows(H5Writer& out, const std::string& group, const std::vector<
 // names the items in the error otherwise ("feature", "prompt", ...).
 void read_gathered(const std::vector<std::string>& gathered, std::size_t n, const char* what,
                    const std::function<void(ByteReader&, std::size_t)>& read_item);
+// What a rank that is not the first of its tensor-parallel group returns from run(): no items (the
+// first rank of the group returns the group's results).
+std::string no_results();
+// InputError naming quantization.direct for direct quantization with tensor parallelism (each rank
+// would calibrate and quantize only its part of a layer, with other scales than a tp = 1 run).
+void refuse_direct_with_tp(const RunSpec& spec);
+
 // Serializes a scalar list of per-item costs into balanced shards of item positions.
 std::vector<std::vector<std::size_t>> balanced_shards(const std::vector<std::int64_t>& cost, int ranks);
 

@@ -223,6 +223,9 @@ const std::vector<KeySpec>& key_specs() {
       {.section = "parallel", .key = "tensor_parallel", .kind = Kind::integer, .min = 1, .max = kIntMax, .default_note = "1",
        .help = "ranks sharing one model replica; the world size must be a multiple of it",
        .apply = [](RunSpec& r, const Scalar& v) { r.parallel.tensor_parallel = static_cast<int>(v.i); }},
+      {.section = "parallel", .key = "concurrent_loads", .kind = Kind::integer, .min = 0, .max = kIntMax, .default_note = "0 (all ranks)",
+       .help = "ranks that read the checkpoint at the same time (the others wait their turn), to bound a node's peak memory and I/O",
+       .apply = [](RunSpec& r, const Scalar& v) { r.parallel.concurrent_loads = static_cast<int>(v.i); }},
       // [output]
       {.section = "output", .key = "path", .kind = Kind::string, .default_note = "results/<run.name>.h5", .allowed_note = "file",
        .help = "HDF5 result file; %j, %A and %a become the Slurm job id, array job id and array task id (\"local\" outside Slurm)",

@@ -61,6 +61,7 @@ struct TaskSection {
 
 struct ParallelSection {
   int tensor_parallel = 1;
+  int concurrent_loads = 0;  // ranks reading the checkpoint at the same time; 0 = all
 };
 
 struct OutputSection {

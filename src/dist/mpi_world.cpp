@@ -2,7 +2,10 @@
 
 #include <mpi.h>
 
+#include <chrono>
+#include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <exception>
 #include <stdexcept>
 
@@ -17,7 +20,53 @@ int to_int_count(std::size_t n) {
   if (n > static_cast<std::size_t>(INT_MAX)) throw std::runtime_error("MPI message larger than 2 GiB");
   return static_cast<int>(n);
 }
+// A group split from the world. MPI_Allreduce gives every rank the same bits with Open MPI's
+// algorithms for commutative operations (each element is reduced once, then distributed).
+class MpiGroup final : public Communicator {
+ public:
+  explicit MpiGroup(MPI_Comm comm) : comm_(comm) {
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  ~MpiGroup() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void allreduce_sum(float* data, std::size_t count) override { allreduce(data, count, MPI_SUM); }
+  void allreduce_max(float* data, std::size_t count) override { allreduce(data, count, MPI_MAX); }
+
+ private:
+  void allreduce(float* data, std::size_t count, MPI_Op op) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::size_t done = 0; done < count;) {
+      const std::size_t n = std::min<std::size_t>(count - done, static_cast<std::size_t>(INT_MAX));
+      check(MPI_Allreduce(MPI_IN_PLACE, data + done, static_cast<int>(n), MPI_FLOAT, op, comm_), "MPI_Allreduce(tensor parallel)");
+      done += n;
+    }
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++calls_;
+  }
+
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+};
+
 }  // namespace
+
+std::unique_ptr<Communicator> MpiWorld::split(int color, int key) const {
+  MPI_Comm comm;
+  check(MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm), "MPI_Comm_split");
+  return std::make_unique<MpiGroup>(comm);
+}
+
+void MpiWorld::abort(int code) const {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::abort();  // not reached
+}
 
 MpiWorld::MpiWorld(int* argc, char*** argv) {
   int initialized = 0;

@@ -4,8 +4,11 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "dist/communicator.hpp"
 
 namespace evalrun {
 
@@ -28,6 +31,13 @@ class MpiWorld {
   std::string scatter(const std::vector<std::string>& parts, int root = 0) const;
   // Every rank's buffer, in rank order, on root (empty vector elsewhere).
   std::vector<std::string> gather(const std::string& mine, int root = 0) const;
+
+  // The ranks with the same `color` form one group, ordered by `key` (collective over the world).
+  std::unique_ptr<Communicator> split(int color, int key) const;
+
+  // Ends every rank of the job now with `code` (MPI_Abort), after logging nothing: for a failure
+  // inside a group's collective, where the other ranks cannot reach collective_step's agreement.
+  [[noreturn]] void abort(int code) const;
 
   // Runs `step` on every rank. If any rank's step throws, every rank learns it: the exception of the
   // lowest failing rank is re-thrown on that rank, and the others throw PeerFailed carrying its

@@ -158,6 +158,39 @@ std::int64_t TensorView::numel() const {
   return n;
 }
 
+TensorView slice_view(const TensorView& v, int dim, std::int64_t begin, std::int64_t end,
+                      std::vector<std::byte>& storage) {
+  const std::string where = v.file + ": tensor '" + v.name + "'";
+  if (v.shape.empty() || v.shape.size() > 2 || dim < 0 || dim >= static_cast<int>(v.shape.size())) {
+    throw InputError(where, "cannot take a part of dimension " + std::to_string(dim) + " of shape " + shape_str(v.shape));
+  }
+  if (begin < 0 || begin > end || end > v.shape[dim]) {
+    throw InputError(where, "part [" + std::to_string(begin) + ", " + std::to_string(end) + ") of dimension " +
+                                std::to_string(dim) + " is outside shape " + shape_str(v.shape));
+  }
+  const std::size_t elem = element_size(v.dtype);
+  TensorView part = v;
+  part.shape[dim] = end - begin;
+  const std::int64_t rows = v.shape.size() == 2 ? v.shape[0] : 1;
+  const std::int64_t cols = v.shape.size() == 2 ? v.shape[1] : v.shape[0];
+  if (dim == 0) {
+    const std::size_t row_bytes = v.shape.size() == 2 ? static_cast<std::size_t>(cols) * elem : elem;
+    part.data = v.data + static_cast<std::size_t>(begin) * row_bytes;
+    part.nbytes = static_cast<std::size_t>(end - begin) * row_bytes;
+    return part;
+  }
+  const std::size_t part_row = static_cast<std::size_t>(end - begin) * elem;
+  storage.resize(static_cast<std::size_t>(rows) * part_row);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::memcpy(storage.data() + static_cast<std::size_t>(r) * part_row,
+                v.data + (static_cast<std::size_t>(r) * static_cast<std::size_t>(cols) + static_cast<std::size_t>(begin)) * elem,
+                part_row);
+  }
+  part.data = storage.data();
+  part.nbytes = storage.size();
+  return part;
+}
+
 // ---------------------------------------------------------------------------------------------------
 // SafetensorsFile
 

@@ -29,6 +29,13 @@ struct TensorView {
   std::int64_t numel() const;
 };
 
+// Elements [begin, end) of dimension `dim` (0 or 1) of a 1-D or 2-D tensor, for a tensor-parallel rank
+// that holds one part of a weight. Along dimension 0 the part is contiguous and the view points into
+// the same mapping; along dimension 1 only the part's bytes are copied, into `storage`, which must
+// outlive the view. An out-of-range part is an InputError naming the tensor.
+TensorView slice_view(const TensorView& v, int dim, std::int64_t begin, std::int64_t end,
+                      std::vector<std::byte>& storage);
+
 // One .safetensors file, mapped read-only. Every header error (truncated file, bad JSON, unknown
 // dtype, offsets past the end or overlapping, size != numel * element size) is an InputError naming
 // the file and the tensor.

@@ -16,6 +16,17 @@
 //    bfloat16 rounds where HF's model.to(torch.bfloat16) rounds: products, residual adds and the SiLU
 //    gate in bfloat16; RMSNorm statistics, RoPE angles and softmax in float32.
 //
+// Tensor parallelism (a Communicator of T ranks passed to load): rank r holds attention heads
+// [r nh/T, (r+1) nh/T) and the key/value heads they read (split when T divides num_key_value_heads,
+// otherwise each rank holds the one its query heads share), and intermediate columns
+// [r I/T, (r+1) I/T). q/k/v and gate/up are column-parallel (each rank computes its own outputs
+// fully); o_proj and down_proj are row-parallel: each rank multiplies its columns of the input and
+// one sum all-reduce per layer and projection gives every rank the whole result, which it adds to the
+// residual stream. Embeddings, norms and the LM head are replicated: every rank of the group then
+// holds the same residual stream and the same logits (the decode loop needs whole logits on every
+// rank to pick the same next token; splitting the LM head by vocabulary would need a gather of the
+// logits per step in exchange for 1/T of its memory).
+//
 // Masking: a query attends to key j when key_mask[j] == 1 and j is not after the query. HF adds the
 // dtype's lowest value to masked scores, which makes their probabilities exactly 0 whenever one key is
 // allowed; a query with no allowed key at all (a padding position) gets a zero context here instead of
@@ -34,6 +45,7 @@
 #include <stdexcept>
 
 #include "common/errors.hpp"
+#include "dist/communicator.hpp"
 #include "io/safetensors.hpp"
 #include "model/loader_util.hpp"
 #include "ops/gemm.hpp"
@@ -146,10 +158,39 @@ struct DecoderModel::Impl {
   std::vector<DecoderLayer> layers;
   Tensor inv_freq;  // float32 [d / 2]
 
-  model::Workspace buf_x, buf_a, buf_qkv, buf_ctx, buf_gu, buf_act, buf_scores, buf_rope, buf_final;
+  // This rank's part of the heads and intermediate columns (all of them without tensor parallelism).
+  Communicator* tp = nullptr;
+  std::int64_t heads = 0, kv_heads = 0, inter = 0;
 
-  std::int64_t q_width() const { return cfg.num_attention_heads * cfg.head_dim; }
-  std::int64_t kv_width() const { return cfg.num_key_value_heads * cfg.head_dim; }
+  model::Workspace buf_x, buf_a, buf_qkv, buf_ctx, buf_gu, buf_act, buf_scores, buf_rope, buf_final, buf_part;
+
+  std::int64_t q_width() const { return heads * cfg.head_dim; }
+  std::int64_t kv_width() const { return kv_heads * cfg.head_dim; }
+  bool split() const { return tp != nullptr && tp->size() > 1; }
+
+  // y[m, :] += alpha * (x[m, :] W^T) for a row-parallel layer: this rank's partial product, summed
+  // over the group. Without tensor parallelism, one accumulating product.
+  void row_parallel(quant::Linear& layer, const float* x, std::int64_t M, std::int64_t ldx, float* y, std::int64_t ldy,
+                    float alpha) {
+    if (!split()) {
+      layer.forward(x, M, ldx, y, ldy, alpha, 1.0f);
+      return;
+    }
+    const std::int64_t N = layer.out_features();
+    float* part = buf_part.get({M, N}, torch::kFloat32).data_ptr<float>();
+    layer.forward(x, M, ldx, part, N, 1.0f, 0.0f);
+    tp->allreduce_sum(part, static_cast<std::size_t>(M * N));
+    for (std::int64_t m = 0; m < M; ++m) {
+      for (std::int64_t n = 0; n < N; ++n) y[m * ldy + n] += alpha * part[m * N + n];
+    }
+  }
+  // The torch path's partial product summed over the group (in float32: MPI has no bfloat16).
+  Tensor summed(const Tensor& partial) {
+    if (!split()) return partial;
+    Tensor f = partial.to(torch::kFloat32).contiguous();
+    tp->allreduce_sum(f.data_ptr<float>(), static_cast<std::size_t>(f.numel()));
+    return f.to(partial.scalar_type());
+  }
   float attention_scale() const {
     // Granite multiplies the scores by attention_multiplier; Llama divides them by sqrt(head_dim).
     if (cfg.model_type == "granite") return static_cast<float>(cfg.attention_multiplier);
@@ -203,7 +244,7 @@ struct DecoderModel::Impl {
   // Attention of one layer: rotated q in qkv (row stride W), keys / values already in the cache.
   void attention_fast(const float* qkv, std::int64_t W, const Cache& cache, std::size_t layer,
                       const std::int64_t* key_mask, std::int64_t batch, std::int64_t seq, float* ctx) {
-    const std::int64_t nh = cfg.num_attention_heads, nkv = cfg.num_key_value_heads, d = cfg.head_dim;
+    const std::int64_t nh = heads, nkv = kv_heads, d = cfg.head_dim;
     const std::int64_t groups = nh / nkv, qw = q_width(), cap = cache.capacity;
     const std::int64_t len0 = cache.length, T = len0 + seq;
     const float scale = attention_scale();
@@ -244,8 +285,8 @@ struct DecoderModel::Impl {
   Tensor layers_fast(const std::int64_t* ids, const std::int64_t* positions, const std::int64_t* key_mask,
                      std::int64_t batch, std::int64_t seq, Cache& cache, std::vector<std::vector<float>>* hidden) {
     const auto& c = cfg;
-    const std::int64_t M = batch * seq, H = c.hidden_size, I = c.intermediate_size, d = c.head_dim;
-    const std::int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads, half = d / 2;
+    const std::int64_t M = batch * seq, H = c.hidden_size, I = inter, d = c.head_dim;
+    const std::int64_t nh = heads, nkv = kv_heads, half = d / 2;
     const std::int64_t qw = q_width(), kvw = kv_width(), W = qw + 2 * kvw, cap = cache.capacity;
     const std::int64_t len0 = cache.length;
     const float eps = static_cast<float>(c.rms_norm_eps);
@@ -299,7 +340,7 @@ struct DecoderModel::Impl {
       });
       attention_fast(qkv, W, cache, l, key_mask, batch, seq, ctx);
       // x += rm * (ctx @ W_o): HF adds residual + out * residual_multiplier.
-      L.o->forward(ctx, M, qw, x, H, rm, 1.0f);
+      row_parallel(*L.o, ctx, M, qw, x, H, rm);
 
       rms_norm_rows(x, L.mlp_norm.data_ptr<float>(), a, M, H, eps);
       L.gate_up->forward(a, M, H, gu, 2 * I, 1.0f, 0.0f);
@@ -311,7 +352,7 @@ struct DecoderModel::Impl {
           for (std::int64_t i = 0; i < I; ++i) o[i] = (g[i] / (1.0f + std::exp(-g[i]))) * u[i];
         }
       });
-      L.down->forward(act, M, I, x, H, rm, 1.0f);
+      row_parallel(*L.down, act, M, I, x, H, rm);
       if (l + 1 < layers.size()) keep(x);
     }
     return xt;
@@ -333,8 +374,8 @@ struct DecoderModel::Impl {
   Tensor layers_torch(const std::int64_t* ids, const std::int64_t* positions, const std::int64_t* key_mask,
                       std::int64_t batch, std::int64_t seq, Cache& cache, std::vector<std::vector<float>>* hidden) {
     const auto& c = cfg;
-    const std::int64_t M = batch * seq, I = c.intermediate_size, d = c.head_dim;
-    const std::int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads, groups = nh / nkv;
+    const std::int64_t M = batch * seq, I = inter, d = c.head_dim;
+    const std::int64_t nh = heads, nkv = kv_heads, groups = nh / nkv;
     const std::int64_t qw = q_width(), kvw = kv_width();
     const std::int64_t len0 = cache.length, T = len0 + seq;
     auto keep = [&](const Tensor& t) {
@@ -388,13 +429,13 @@ struct DecoderModel::Impl {
       Tensor probs = torch::softmax(scores.to(torch::kFloat32) + mask_add, -1).to(st);
       Tensor ctx = at::matmul(probs, values) * any_allowed;  // [B, nh, L, d]
       ctx = ctx.transpose(1, 2).reshape({M, qw});
-      Tensor o = at::linear(ctx, weight_of(L.o));
+      Tensor o = summed(at::linear(ctx, weight_of(L.o)));
       x = c.residual_multiplier == 1.0 ? x + o : x + o * c.residual_multiplier;
 
       a = rms_norm_t(x, L.mlp_norm);
       Tensor gu = at::linear(a, weight_of(L.gate_up));
       Tensor act = torch::silu(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
-      Tensor down = at::linear(act, weight_of(L.down));
+      Tensor down = summed(at::linear(act, weight_of(L.down)));
       x = c.residual_multiplier == 1.0 ? x + down : x + down * c.residual_multiplier;
       if (l + 1 < layers.size()) keep(x);
     }
@@ -460,7 +501,7 @@ DecoderModel::DecoderModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 DecoderModel::~DecoderModel() = default;
 
 std::unique_ptr<DecoderModel> DecoderModel::load(const std::string& dir, DType dtype, Device device,
-                                                 const std::string& quantization_method) {
+                                                 const std::string& quantization_method, Communicator* tp) {
   model::require_cpu(device);
   model::tune_malloc_once();
   torch::InferenceMode guard;
@@ -475,8 +516,35 @@ std::unique_ptr<DecoderModel> DecoderModel::load(const std::string& dir, DType d
   m.st = dtype == DType::bf16 ? torch::kBFloat16 : torch::kFloat32;
   m.use_sgemm = m.st == torch::kFloat32 && (ops::have_onednn_sgemm() || m.quant.method != quant::Method::none);
   const auto& c = m.cfg;
-  const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
-  const std::int64_t qw = m.q_width(), kvw = m.kv_width();
+  const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, d = c.head_dim;
+  const std::int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads;
+  const std::int64_t qw = nh * d, kvw = nkv * d;
+
+  // This rank's heads, key/value heads and intermediate columns (see the file comment).
+  m.tp = tp;
+  const std::int64_t T = tp != nullptr ? tp->size() : 1, r = tp != nullptr ? tp->rank() : 0;
+  if (T > 1) {
+    const std::string where = "parallel.tensor_parallel";
+    const std::string cfg_file = (fs::path(dir) / "config.json").string();
+    auto refuse = [&](const std::string& why) {
+      throw InputError(where, "= " + std::to_string(T) + ": cannot split " + cfg_file + ": " + why);
+    };
+    if (nh % T != 0) refuse("num_attention_heads " + std::to_string(nh) + " is not divisible by " + std::to_string(T));
+    if (nkv % T != 0 && T % nkv != 0) {
+      refuse("num_key_value_heads " + std::to_string(nkv) + " neither divides nor is divisible by " + std::to_string(T));
+    }
+    if (I % T != 0) refuse("intermediate_size " + std::to_string(I) + " is not divisible by " + std::to_string(T));
+  }
+  m.heads = nh / T;
+  m.kv_heads = std::max<std::int64_t>(1, nkv / T);
+  m.inter = I / T;
+  const std::int64_t h0 = r * m.heads, kv0 = nkv >= T ? r * m.kv_heads : h0 / (nh / nkv), i0 = r * m.inter;
+  auto column = [&](std::int64_t begin, std::int64_t width) {
+    return T > 1 ? quant::Shard::columns(begin, begin + width) : quant::Shard::whole();
+  };
+  auto row = [&](std::int64_t begin, std::int64_t width) {
+    return T > 1 ? quant::Shard::rows(begin, begin + width, r == 0) : quant::Shard::whole();
+  };
 
   Checkpoint ckpt(dir);
   std::set<std::string> used;
@@ -492,19 +560,23 @@ std::unique_ptr<DecoderModel> DecoderModel::load(const std::string& dir, DType d
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     DecoderLayer L;
-    auto linear = [&](const std::string& name, std::int64_t in, std::int64_t out) {
-      return model::load_linear(how, p + name, in, out, false);
+    auto linear = [&](const std::string& name, std::int64_t in, std::int64_t out, const quant::Shard& shard) {
+      return model::load_linear(how, p + name, in, out, false, shard);
     };
     std::vector<quant::LinearPtr> qkv, gate_up;
-    qkv.push_back(linear("self_attn.q_proj", H, qw));
-    qkv.push_back(linear("self_attn.k_proj", H, kvw));
-    qkv.push_back(linear("self_attn.v_proj", H, kvw));
+    qkv.push_back(linear("self_attn.q_proj", H, qw, column(h0 * d, m.heads * d)));
+    qkv.push_back(linear("self_attn.k_proj", H, kvw, column(kv0 * d, m.kv_heads * d)));
+    qkv.push_back(linear("self_attn.v_proj", H, kvw, column(kv0 * d, m.kv_heads * d)));
     L.qkv = quant::concat_outputs(std::move(qkv));
-    L.o = linear("self_attn.o_proj", qw, H);
-    gate_up.push_back(linear("mlp.gate_proj", H, I));
-    gate_up.push_back(linear("mlp.up_proj", H, I));
+    L.o = linear("self_attn.o_proj", qw, H, row(h0 * d, m.heads * d));
+    gate_up.push_back(linear("mlp.gate_proj", H, I, column(i0, m.inter)));
+    gate_up.push_back(linear("mlp.up_proj", H, I, column(i0, m.inter)));
     L.gate_up = quant::concat_outputs(std::move(gate_up));
-    L.down = linear("mlp.down_proj", I, H);
+    L.down = linear("mlp.down_proj", I, H, row(i0, m.inter));
+    if (T > 1) {
+      L.o->set_row_group(tp);
+      L.down->set_row_group(tp);
+    }
     L.attn_norm = take(p + "input_layernorm.weight", {H});
     L.mlp_norm = take(p + "post_attention_layernorm.weight", {H});
     m.layers.push_back(std::move(L));
@@ -535,7 +607,7 @@ std::vector<quant::LinearSite> DecoderModel::linear_sites() {
     DecoderLayer& L = impl_->layers[i];
     sites.push_back({{p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"}, {qw, kvw, kvw}, L.qkv.get()});
     sites.push_back({{p + "self_attn.o_proj"}, {c.hidden_size}, L.o.get()});
-    sites.push_back({{p + "mlp.gate_proj", p + "mlp.up_proj"}, {c.intermediate_size, c.intermediate_size}, L.gate_up.get()});
+    sites.push_back({{p + "mlp.gate_proj", p + "mlp.up_proj"}, {impl_->inter, impl_->inter}, L.gate_up.get()});
     sites.push_back({{p + "mlp.down_proj"}, {c.hidden_size}, L.down.get()});
   }
   return sites;
@@ -555,6 +627,17 @@ quant::LinearPtr DecoderModel::replace_linear(std::size_t site, quant::LinearPtr
 }
 
 std::string DecoderModel::quantization() const { return impl_->quant.describe(); }
+std::size_t DecoderModel::weight_bytes() const {
+  const Impl& m = *impl_;
+  std::size_t n = static_cast<std::size_t>(m.embed.nbytes() + m.final_norm.nbytes());
+  if (!m.lm_head.is_same(m.embed)) n += static_cast<std::size_t>(m.lm_head.nbytes());
+  for (const auto& L : m.layers) {
+    n += L.qkv->resident_bytes() + L.o->resident_bytes() + L.gate_up->resident_bytes() + L.down->resident_bytes();
+    n += static_cast<std::size_t>(L.attn_norm.nbytes() + L.mlp_norm.nbytes());
+  }
+  return n;
+}
+
 const char* DecoderModel::compute_dtype() const { return impl_->st == torch::kBFloat16 ? "bfloat16" : "float32"; }
 
 std::unique_ptr<DecoderModel::Cache, void (*)(DecoderModel::Cache*)> DecoderModel::new_cache(
@@ -567,8 +650,8 @@ std::unique_ptr<DecoderModel::Cache, void (*)(DecoderModel::Cache*)> DecoderMode
   cache->capacity = capacity;
   // Zero-filled: the pages are touched now rather than during decode steps.
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    cache->k.push_back(torch::zeros({batch, c.num_key_value_heads, capacity, c.head_dim}, impl_->st));
-    cache->v.push_back(torch::zeros({batch, c.num_key_value_heads, capacity, c.head_dim}, impl_->st));
+    cache->k.push_back(torch::zeros({batch, impl_->kv_heads, capacity, c.head_dim}, impl_->st));
+    cache->v.push_back(torch::zeros({batch, impl_->kv_heads, capacity, c.head_dim}, impl_->st));
   }
   return cache;
 }

@@ -13,6 +13,8 @@
 
 namespace evalrun {
 
+class Communicator;
+
 // config.json fields; from_json_file validates them (InputError naming config.json and the key).
 // Unsupported fields with non-default values (e.g. a rope_scaling type other than "llama3",
 // attention_bias / mlp_bias = true when not implemented, hidden_act other than silu) are errors.
@@ -56,8 +58,13 @@ class DecoderModel {
   // Quantized checkpoints (config.json quantization_config or quantize_config.json) load their layers
   // in that format; quantization_method is the run's [quantization] method ("auto": whatever the
   // checkpoint holds; otherwise it must match, InputError naming quantization.method).
+  // tp: the tensor-parallel group this rank belongs to (null or size 1: the whole model); the model
+  // then holds and reads only this rank's part of the projections (see llama.cpp) and every rank of
+  // the group must call forward with the same inputs. A model that cannot be split T ways is an
+  // InputError naming parallel.tensor_parallel and the config.json field.
   static std::unique_ptr<DecoderModel> load(const std::string& dir, DType dtype, Device device,
-                                            const std::string& quantization_method = "auto");
+                                            const std::string& quantization_method = "auto",
+                                            Communicator* tp = nullptr);
   ~DecoderModel();
   DecoderModel(const DecoderModel&) = delete;
   DecoderModel& operator=(const DecoderModel&) = delete;
@@ -74,6 +81,8 @@ class DecoderModel {
   // How the checkpoint's layers are stored ("none", "gptq w4 g32 asym act_order", ...).
   std::string quantization() const;
   const char* compute_dtype() const;
+  // Bytes of weights this rank holds (projections, embeddings, norms, LM head).
+  std::size_t weight_bytes() const;
 
   // The key/value cache of one batch: `batch` rows, room for `capacity` positions per row.
   struct Cache;

@@ -59,25 +59,30 @@ void matmul_into(torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& 
 }
 
 quant::LinearPtr load_linear(const LinearLoad& how, const std::string& prefix, std::int64_t in, std::int64_t out,
-                             bool bias) {
+                             bool bias, const quant::Shard& shard) {
   const TensorView* w = how.ckpt.find(prefix + ".weight");
   const bool float_weight =
       w != nullptr && (w->dtype == TensorDType::F32 || w->dtype == TensorDType::F16 || w->dtype == TensorDType::BF16);
   const bool float_layer = how.quant.method == quant::Method::none || float_weight;
   if (float_layer) {
     how.used.insert(prefix + ".weight");
-    torch::Tensor w = read_tensor(how.ckpt, prefix + ".weight", {out, in}, how.dense_dtype, how.round_to_half);
+    // W is [out, in]: a column-parallel part is rows of it, a row-parallel part columns.
+    TensorPart wpart, bpart;
+    if (shard.split == quant::Shard::Split::out) wpart = bpart = {0, shard.begin, shard.end};
+    if (shard.split == quant::Shard::Split::in) wpart = {1, shard.begin, shard.end};
+    torch::Tensor w = read_tensor(how.ckpt, prefix + ".weight", {out, in}, how.dense_dtype, how.round_to_half, wpart);
     torch::Tensor b;
     if (bias) {
       how.used.insert(prefix + ".bias");
-      b = read_tensor(how.ckpt, prefix + ".bias", {out}, how.dense_dtype, how.round_to_half);
+      b = read_tensor(how.ckpt, prefix + ".bias", {out}, how.dense_dtype, how.round_to_half, bpart);
+      if (!shard.add_bias) b.zero_();  // row-parallel: the bias is added on one rank of the group
     }
     return std::make_unique<quant::DenseLinear>(w, b, how.transposed);
   }
   switch (how.quant.method) {
-    case quant::Method::gptq: return quant::load_gptq_linear(how.ckpt, prefix, in, out, how.quant.gptq, how.used);
-    case quant::Method::int8: return quant::load_int8_linear(how.ckpt, prefix, in, out, how.quant.int8, how.used);
-    case quant::Method::fp8: return quant::load_fp8_linear(how.ckpt, prefix, in, out, how.quant.fp8, how.used);
+    case quant::Method::gptq: return quant::load_gptq_linear(how.ckpt, prefix, in, out, how.quant.gptq, how.used, shard);
+    case quant::Method::int8: return quant::load_int8_linear(how.ckpt, prefix, in, out, how.quant.int8, how.used, shard);
+    case quant::Method::fp8: return quant::load_fp8_linear(how.ckpt, prefix, in, out, how.quant.fp8, how.used, shard);
     case quant::Method::none: break;
   }
   throw std::logic_error("load_linear: unhandled method");
@@ -97,16 +102,17 @@ void check_quantization(const quant::QuantConfig& found, const std::string& expe
 }
 
 torch::Tensor read_tensor(const Checkpoint& ckpt, const std::string& name, const std::vector<std::int64_t>& shape,
-                          torch::ScalarType target, bool round_to_half) {
+                          torch::ScalarType target, bool round_to_half, const TensorPart& part) {
   const TensorView* found = ckpt.find(name);
   if (found == nullptr) {
     throw InputError(ckpt.dir() + ": tensor '" + name + "'", "missing (expected shape " + shape_string(shape) + ")");
   }
-  const TensorView& v = *found;
-  if (v.shape != shape) {
-    throw InputError(v.file + ": tensor '" + name + "'",
-                     "shape " + shape_string(v.shape) + ", expected " + shape_string(shape));
+  if (found->shape != shape) {
+    throw InputError(found->file + ": tensor '" + name + "'",
+                     "shape " + shape_string(found->shape) + ", expected " + shape_string(shape));
   }
+  std::vector<std::byte> storage;
+  const TensorView v = part.whole() ? *found : slice_view(*found, part.dim, part.begin, part.end, storage);
   torch::ScalarType src;
   switch (v.dtype) {
     case TensorDType::F32: src = torch::kFloat32; break;
@@ -117,7 +123,7 @@ torch::Tensor read_tensor(const Checkpoint& ckpt, const std::string& name, const
                        std::string("dtype ") + evalrun::to_string(v.dtype) + " is not supported (F32, F16, BF16)");
   }
   // Copy out of the mapping (which may not be aligned for the element type and goes away after load).
-  torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(src));
+  torch::Tensor t = torch::empty(v.shape, torch::TensorOptions().dtype(src));
   if (v.nbytes != static_cast<std::size_t>(t.nbytes())) {
     throw InputError(v.file + ": tensor '" + name + "'", "byte size does not match its shape and dtype");
   }

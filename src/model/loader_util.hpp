@@ -38,11 +38,19 @@ struct Workspace {
 // w.t() made contiguous: [out, in] -> [in, out], so a linear layer is one row-major GEMM.
 torch::Tensor pre_transposed(const torch::Tensor& w);
 
+// Elements [begin, end) of dimension `dim` of a tensor (a tensor-parallel rank's part); dim -1: all.
+struct TensorPart {
+  int dim = -1;
+  std::int64_t begin = 0, end = 0;
+  bool whole() const { return dim < 0; }
+};
+
 // Copies tensor `name` out of the checkpoint (F32 / F16 / BF16) as a contiguous tensor of `target`
 // dtype, after checking that its shape is `shape` (InputError naming the file, tensor and shapes).
 // round_to_half: round to float16 first (the precision of an fp16 run whose compute is float32).
+// With a part, only that part is read (and returned).
 torch::Tensor read_tensor(const Checkpoint& ckpt, const std::string& name, const std::vector<std::int64_t>& shape,
-                          torch::ScalarType target, bool round_to_half);
+                          torch::ScalarType target, bool round_to_half, const TensorPart& part = {});
 
 // y[M,N] = beta * y + x[M,K] @ w_t[K,N]. All three contiguous, same dtype; w_t is the
 // pre-transposed weight. beta is 0 or 1. Float32 goes to oneDNN's sgemm when available.
@@ -61,8 +69,9 @@ struct LinearLoad {
 // The projection stored under `prefix` (prefix.weight [out, in] and, when `bias`, prefix.bias [out]
 // for a float layer; the method's tensors for a quantized one). A layer of a quantized checkpoint that
 // holds a float prefix.weight instead (a layer the quantizer skipped) loads as a float layer.
+// With a shard, only this rank's part of the layer is read (quant::Shard).
 quant::LinearPtr load_linear(const LinearLoad& how, const std::string& prefix, std::int64_t in, std::int64_t out,
-                             bool bias);
+                             bool bias, const quant::Shard& shard = quant::Shard::whole());
 
 // Compares the run's [quantization] method ("auto" accepts whatever the checkpoint holds) with the
 // checkpoint's (InputError naming quantization.method), and refuses a quantized checkpoint with a

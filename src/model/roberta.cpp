@@ -6,6 +6,13 @@
 // (sequence, head) straight on the fused QKV buffer with strided sgemm calls (no permute copies);
 // bfloat16 attention uses batched torch matmuls.
 //
+// Tensor parallelism (a Communicator of T ranks passed to load): rank r holds attention heads
+// [r nh/T, (r+1) nh/T) of query, key and value (column-parallel) and intermediate columns
+// [r I/T, (r+1) I/T); attention.output.dense and output.dense are row-parallel: each rank multiplies
+// its columns, one sum all-reduce gives every rank the whole product, and the bias is added by rank 0
+// of the group only. Embeddings, LayerNorms and the heads are replicated (the QA head is 2 outputs;
+// the MLM decoder is evaluated at the masked positions only).
+//
 // Memory: big per-batch buffers (QKV, attention context, FFN intermediate, attention scores) live in
 // a workspace that grows to the largest batch seen and is reused. The remaining per-layer tensors
 // (LayerNorm outputs) are below 32 MiB for roberta-base at batch 8 x 384 and come from the glibc
@@ -23,6 +30,7 @@
 
 #include "common/errors.hpp"
 #include "common/sha256.hpp"
+#include "dist/communicator.hpp"
 #include "io/safetensors.hpp"
 #include "ops/gemm.hpp"
 #include "quant/dense.hpp"
@@ -130,7 +138,36 @@ struct RobertaModel::Impl {
   Tensor lm_dense_w_t, lm_dense_b, lm_ln_w, lm_ln_b;  // MLM head transform
   Tensor decoder_w, decoder_b;                       // [V, H] (tied: the word embeddings), [V]
 
-  Buffer buf_qkv, buf_ctx, buf_inter, buf_scores;
+  Buffer buf_qkv, buf_ctx, buf_inter, buf_scores, buf_part;
+
+  // This rank's attention heads and intermediate columns (all of them without tensor parallelism).
+  Communicator* tp = nullptr;
+  std::int64_t heads = 0, inter = 0;
+  std::int64_t attn_width() const { return heads * cfg.head_dim(); }
+  bool split() const { return tp != nullptr && tp->size() > 1; }
+
+  // y += x W^T + b for a row-parallel layer: this rank's partial product (with the bias on rank 0
+  // only, see load), summed over the group. Without tensor parallelism one accumulating product.
+  void row_parallel(const quant::LinearPtr& layer, const Tensor& x, Tensor& y) {
+    const std::int64_t M = x.size(0), K = x.size(1), N = layer->out_features();
+    if (!split()) {
+      if (fast_fp32()) {
+        layer->forward(x.data_ptr<float>(), M, K, y.data_ptr<float>(), N, 1.0f, 1.0f);
+      } else {
+        torch_linear(y, x, layer, 1.0f);
+      }
+      return;
+    }
+    Tensor part = buf_part.get({M, N}, st);
+    if (fast_fp32()) {
+      layer->forward(x.data_ptr<float>(), M, K, part.data_ptr<float>(), N, 1.0f, 0.0f);
+    } else {
+      torch_linear(part, x, layer, 0.0f);
+    }
+    Tensor f = part.scalar_type() == torch::kFloat32 ? part : part.to(torch::kFloat32);  // MPI has no bfloat16
+    tp->allreduce_sum(f.data_ptr<float>(), static_cast<std::size_t>(f.numel()));
+    y.add_(f.to(y.scalar_type()));
+  }
   bool scale_folded = false;  // torch attention path: 1/sqrt(head_dim) is in the query weights
 
   bool use_sgemm = false;  // the raw-pointer float32 path (fixed at load): oneDNN's sgemm, or a quantized model
@@ -192,7 +229,7 @@ struct RobertaModel::Impl {
   // mask_add: [B, L] float32 additive mask (0 or float's lowest value; any value that makes exp()
   // underflow to 0 gives HF's result, which adds its dtype's lowest value).
   void attention(const Tensor& qkv, const Tensor& mask_add, std::int64_t batch, std::int64_t seq, Tensor& ctx) {
-    const std::int64_t H = cfg.hidden_size, nh = cfg.num_attention_heads, d = cfg.head_dim();
+    const std::int64_t H = attn_width(), nh = heads, d = cfg.head_dim();
     if (fast_fp32()) {
       // Per sequence: scores[h] = Q_h K_h^T / sqrt(d) for all heads, mask, softmax, ctx_h = P_h V_h.
       const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
@@ -267,34 +304,29 @@ struct RobertaModel::Impl {
     keep(h);
 
     for (const Layer& L : layers) {
-      Tensor qkv = buf_qkv.get({M, 3 * H}, st);
+      const std::int64_t A = attn_width();
+      Tensor qkv = buf_qkv.get({M, 3 * A}, st);
       if (fast_fp32()) {
-        L.qkv->forward(h.data_ptr<float>(), M, H, qkv.data_ptr<float>(), 3 * H, 1.0f, 0.0f);
+        L.qkv->forward(h.data_ptr<float>(), M, H, qkv.data_ptr<float>(), 3 * A, 1.0f, 0.0f);
       } else {
         torch_linear(qkv, h, L.qkv, 0.0f);
       }
-      Tensor ctx = buf_ctx.get({M, H}, st);
+      Tensor ctx = buf_ctx.get({M, A}, st);
       attention(qkv, mask_add, batch, seq, ctx);
       // h += ctx @ W_o + b_o (the residual is h itself: it is not needed afterwards)
-      if (fast_fp32()) {
-        L.attn_out->forward(ctx.data_ptr<float>(), M, H, h.data_ptr<float>(), H, 1.0f, 1.0f);
-      } else {
-        torch_linear(h, ctx, L.attn_out, 1.0f);
-      }
+      row_parallel(L.attn_out, ctx, h);
       Tensor a = layer_norm(h, L.attn_ln_w, L.attn_ln_b);
       h = Tensor();
 
-      const std::int64_t I = cfg.intermediate_size;
-      Tensor inter = buf_inter.get({M, I}, st);
+      const std::int64_t I = inter;
+      Tensor act = buf_inter.get({M, I}, st);
       if (fast_fp32()) {
-        L.inter->forward(a.data_ptr<float>(), M, H, inter.data_ptr<float>(), I, 1.0f, 0.0f);
-        activation_(inter);
-        L.out->forward(inter.data_ptr<float>(), M, I, a.data_ptr<float>(), H, 1.0f, 1.0f);
+        L.inter->forward(a.data_ptr<float>(), M, H, act.data_ptr<float>(), I, 1.0f, 0.0f);
       } else {
-        torch_linear(inter, a, L.inter, 0.0f);
-        activation_(inter);
-        torch_linear(a, inter, L.out, 1.0f);
+        torch_linear(act, a, L.inter, 0.0f);
       }
+      activation_(act);
+      row_parallel(L.out, act, a);
       h = layer_norm(a, L.out_ln_w, L.out_ln_b);
       keep(h);
     }
@@ -320,7 +352,7 @@ RobertaModel::RobertaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 RobertaModel::~RobertaModel() = default;
 
 std::unique_ptr<RobertaModel> RobertaModel::load(const std::string& dir, DType dtype, Device device,
-                                                 const std::string& quantization_method) {
+                                                 const std::string& quantization_method, Communicator* tp) {
   model::require_cpu(device);
   model::tune_malloc_once();
   torch::InferenceMode guard;
@@ -343,6 +375,28 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const std::string& dir, DType d
   const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   m.encoder_prefix = r.encoder_prefix();
 
+  // This rank's heads and intermediate columns (see the file comment).
+  const std::int64_t T = tp != nullptr ? tp->size() : 1, rank = tp != nullptr ? tp->rank() : 0;
+  const std::int64_t nh = c.num_attention_heads, d = c.head_dim();
+  if (T > 1) {
+    const std::string cfg_file = (fs::path(dir) / "config.json").string();
+    for (auto [key, value] : {std::pair<const char*, std::int64_t>{"num_attention_heads", nh}, {"intermediate_size", I}}) {
+      if (value % T != 0) {
+        throw InputError("parallel.tensor_parallel", "= " + std::to_string(T) + ": cannot split " + cfg_file + ": " +
+                                                         key + " " + std::to_string(value) + " is not divisible by " +
+                                                         std::to_string(T));
+      }
+    }
+  }
+  m.tp = tp;
+  m.heads = nh / T;
+  m.inter = I / T;
+  const std::int64_t h0 = rank * m.heads * d, A = m.heads * d, i0 = rank * m.inter;
+  const quant::Shard heads_part = T > 1 ? quant::Shard::columns(h0, h0 + A) : quant::Shard::whole();
+  const quant::Shard attn_out_part = T > 1 ? quant::Shard::rows(h0, h0 + A, rank == 0) : quant::Shard::whole();
+  const quant::Shard inter_part = T > 1 ? quant::Shard::columns(i0, i0 + m.inter) : quant::Shard::whole();
+  const quant::Shard out_part = T > 1 ? quant::Shard::rows(i0, i0 + m.inter, rank == 0) : quant::Shard::whole();
+
   m.word_emb = r.encoder("embeddings.word_embeddings.weight", {V, H});
   m.pos_emb = r.encoder("embeddings.position_embeddings.weight", {c.max_position_embeddings, H});
   m.type_emb0 = r.encoder("embeddings.token_type_embeddings.weight", {c.type_vocab_size, H})[0].contiguous();
@@ -361,10 +415,10 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const std::string& dir, DType d
     const std::string p = "encoder.layer." + std::to_string(i) + ".";
     Layer L;
     const model::LinearLoad how{r.checkpoint(), m.quant, m.st, dtype == DType::fp16, true, r.used()};
-    auto linear = [&](const std::string& name, std::int64_t in, std::int64_t out) {
-      return model::load_linear(how, m.encoder_prefix + p + name, in, out, true);
+    auto linear = [&](const std::string& name, std::int64_t in, std::int64_t out, const quant::Shard& shard) {
+      return model::load_linear(how, m.encoder_prefix + p + name, in, out, true, shard);
     };
-    quant::LinearPtr q = linear("attention.self.query", H, H);
+    quant::LinearPtr q = linear("attention.self.query", H, H, heads_part);
     if (m.scale_folded) {
       // Only float layers reach here (quantized models take the sgemm path).
       const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim()));  // a power of two: exact
@@ -373,14 +427,18 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const std::string& dir, DType d
     }
     std::vector<quant::LinearPtr> qkv;
     qkv.push_back(std::move(q));
-    qkv.push_back(linear("attention.self.key", H, H));
-    qkv.push_back(linear("attention.self.value", H, H));
+    qkv.push_back(linear("attention.self.key", H, H, heads_part));
+    qkv.push_back(linear("attention.self.value", H, H, heads_part));
     L.qkv = quant::concat_outputs(std::move(qkv));
-    L.attn_out = linear("attention.output.dense", H, H);
+    L.attn_out = linear("attention.output.dense", H, H, attn_out_part);
     L.attn_ln_w = ln(r.encoder(p + "attention.output.LayerNorm.weight", {H}));
     L.attn_ln_b = ln(r.encoder(p + "attention.output.LayerNorm.bias", {H}));
-    L.inter = linear("intermediate.dense", H, I);
-    L.out = linear("output.dense", I, H);
+    L.inter = linear("intermediate.dense", H, I, inter_part);
+    L.out = linear("output.dense", I, H, out_part);
+    if (T > 1) {
+      L.attn_out->set_row_group(tp);
+      L.out->set_row_group(tp);
+    }
     L.out_ln_w = ln(r.encoder(p + "output.LayerNorm.weight", {H}));
     L.out_ln_b = ln(r.encoder(p + "output.LayerNorm.bias", {H}));
     m.layers.push_back(std::move(L));
@@ -412,12 +470,12 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const std::string& dir, DType d
 const RobertaConfig& RobertaModel::config() const { return impl_->cfg; }
 
 std::vector<quant::LinearSite> RobertaModel::linear_sites() {
-  const std::int64_t H = impl_->cfg.hidden_size, I = impl_->cfg.intermediate_size;
+  const std::int64_t H = impl_->cfg.hidden_size, A = impl_->attn_width(), I = impl_->inter;
   std::vector<quant::LinearSite> sites;
   for (std::size_t i = 0; i < impl_->layers.size(); ++i) {
     const std::string p = impl_->encoder_prefix + "encoder.layer." + std::to_string(i) + ".";
     Layer& L = impl_->layers[i];
-    sites.push_back({{p + "attention.self.query", p + "attention.self.key", p + "attention.self.value"}, {H, H, H}, L.qkv.get()});
+    sites.push_back({{p + "attention.self.query", p + "attention.self.key", p + "attention.self.value"}, {A, A, A}, L.qkv.get()});
     sites.push_back({{p + "attention.output.dense"}, {H}, L.attn_out.get()});
     sites.push_back({{p + "intermediate.dense"}, {I}, L.inter.get()});
     sites.push_back({{p + "output.dense"}, {H}, L.out.get()});
@@ -441,6 +499,21 @@ quant::LinearPtr RobertaModel::replace_linear(std::size_t site, quant::LinearPtr
 std::string RobertaModel::quantization() const { return impl_->quant.describe(); }
 RobertaHead RobertaModel::head() const { return impl_->head; }
 DType RobertaModel::dtype() const { return impl_->dtype; }
+std::size_t RobertaModel::weight_bytes() const {
+  const Impl& m = *impl_;
+  std::size_t n = 0;
+  for (const Tensor* t : {&m.word_emb, &m.pos_emb, &m.type_emb0, &m.emb_ln_w, &m.emb_ln_b, &m.qa_w_t, &m.qa_b,
+                          &m.lm_dense_w_t, &m.lm_dense_b, &m.lm_ln_w, &m.lm_ln_b, &m.decoder_b}) {
+    if (t->defined()) n += static_cast<std::size_t>(t->nbytes());
+  }
+  if (m.decoder_w.defined() && !m.decoder_w.is_same(m.word_emb)) n += static_cast<std::size_t>(m.decoder_w.nbytes());
+  for (const auto& L : m.layers) {
+    n += L.qkv->resident_bytes() + L.attn_out->resident_bytes() + L.inter->resident_bytes() + L.out->resident_bytes();
+    for (const Tensor* t : {&L.attn_ln_w, &L.attn_ln_b, &L.out_ln_w, &L.out_ln_b}) n += static_cast<std::size_t>(t->nbytes());
+  }
+  return n;
+}
+
 const char* RobertaModel::compute_dtype() const { return impl_->st == torch::kBFloat16 ? "bfloat16" : "float32"; }
 const std::string& RobertaModel::dir() const { return impl_->dir; }
 

@@ -15,6 +15,8 @@
 
 namespace evalrun {
 
+class Communicator;
+
 // The config.json fields the encoder needs. from_json_file validates them; every error is an
 // InputError naming config.json and the key.
 struct RobertaConfig {
@@ -67,8 +69,10 @@ class RobertaModel {
   // ignores (pooler, embeddings.position_ids, a tied lm_head.decoder.weight). Names may carry the
   // "roberta." prefix or not. Device cuda / aiu: InputError (not available in this build).
   // Quantized checkpoints load as DecoderModel::load describes.
+  // tp: the tensor-parallel group (see DecoderModel::load and roberta.cpp).
   static std::unique_ptr<RobertaModel> load(const std::string& dir, DType dtype, Device device,
-                                            const std::string& quantization_method = "auto");
+                                            const std::string& quantization_method = "auto",
+                                            Communicator* tp = nullptr);
   ~RobertaModel();
   RobertaModel(const RobertaModel&) = delete;
   RobertaModel& operator=(const RobertaModel&) = delete;
@@ -88,6 +92,8 @@ class RobertaModel {
   DType dtype() const;               // as requested
   const char* compute_dtype() const; // "float32" or "bfloat16": what the arithmetic runs in
   const std::string& dir() const;
+  // Bytes of weights this rank holds (projections, embeddings, norms, head).
+  std::size_t weight_bytes() const;
 
   // Inputs: ids and attention mask, row-major [batch, seq] int64, right padding (mask 1 = token,
   // 0 = padding). Position ids come from ids != pad_token_id, like HF.

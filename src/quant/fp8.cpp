@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "common/errors.hpp"
+#include "dist/communicator.hpp"
 #include "ops/gemm.hpp"
 #include "quant/fp8_kernels.hpp"
 
@@ -191,9 +192,30 @@ class Fp8Linear final : public Linear {
     // Activations rounded to e4m3 at their scale (emulation: the product itself runs in float32).
     float* xq = scratch_floats(0, static_cast<std::size_t>(M * in));
     const float s_x = settings_.static_activations ? input_scale_ : 0.0f;
-    at::parallel_for(0, M, std::max<std::int64_t>(1, 16384 / in), [&](std::int64_t m0, std::int64_t m1) {
-      fp8_kernels::round_rows(x + m0 * ldx, m1 - m0, in, ldx, s_x, xq + m0 * in);
-    });
+    if (group_ != nullptr && s_x == 0.0f) {
+      // A row-parallel part with dynamic scales: each row's scale from its max over the whole group.
+      amax_.resize(static_cast<std::size_t>(M));
+      for (std::int64_t m = 0; m < M; ++m) {
+        float a = 0.0f;
+        for (std::int64_t k = 0; k < in; ++k) a = std::max(a, std::fabs(x[m * ldx + k]));
+        amax_[m] = a;
+      }
+      group_->allreduce_max(amax_.data(), amax_.size());
+      at::parallel_for(0, M, std::max<std::int64_t>(1, 16384 / in), [&](std::int64_t m0, std::int64_t m1) {
+        for (std::int64_t m = m0; m < m1; ++m) {
+          const float s = amax_[m] / 448.0f;
+          if (s > 0.0f) {
+            fp8_kernels::round_rows(x + m * ldx, 1, in, ldx, s, xq + m * in);
+          } else {
+            std::memcpy(xq + m * in, x + m * ldx, sizeof(float) * in);
+          }
+        }
+      });
+    } else {
+      at::parallel_for(0, M, std::max<std::int64_t>(1, 16384 / in), [&](std::int64_t m0, std::int64_t m1) {
+        fp8_kernels::round_rows(x + m0 * ldx, m1 - m0, in, ldx, s_x, xq + m0 * in);
+      });
+    }
     // Tiles of output rows decoded to float32 on the thread that multiplies them.
     const std::int64_t tiles = (out + kTileRows - 1) / kTileRows;
     const bool per_channel = scale_.size() != 1;
@@ -228,6 +250,7 @@ class Fp8Linear final : public Linear {
     return w_.size() + scale_.size() * sizeof(float) + bias_.size() * sizeof(float) + sizeof(float);
   }
   std::string describe() const override { return settings_.describe(); }
+  void set_row_group(Communicator* group) override { group_ = group; }
   void export_tensors(const std::string& prefix, std::vector<TensorToWrite>& out) const override {
     out.push_back(make_tensor(prefix + ".weight", TensorDType::F8_E4M3, {out_features(), in_features()}, w_));
     if (scale_.size() == 1) {
@@ -247,6 +270,8 @@ class Fp8Linear final : public Linear {
   std::vector<float> scale_;
   float input_scale_;
   std::vector<float> bias_;
+  Communicator* group_ = nullptr;  // row-parallel part: dynamic scales over the group (set_row_group)
+  std::vector<float> amax_;
 };
 
 std::string shape_text(const std::vector<std::int64_t>& s) {
@@ -283,7 +308,7 @@ LinearPtr make_fp8_linear(const Fp8Tensors& tensors, const Fp8Settings& settings
 }
 
 LinearPtr load_fp8_linear(const Checkpoint& ckpt, const std::string& prefix, std::int64_t in, std::int64_t out,
-                          const Fp8Settings& settings, std::set<std::string>& used) {
+                          const Fp8Settings& settings, std::set<std::string>& used, const Shard& shard) {
   auto find = [&](const char* suffix, bool required) -> const TensorView* {
     const std::string name = prefix + suffix;
     const TensorView* v = ckpt.find(name);
@@ -306,11 +331,17 @@ LinearPtr load_fp8_linear(const Checkpoint& ckpt, const std::string& prefix, std
   if (w->shape != std::vector<std::int64_t>{out, in}) {
     throw InputError(ww, "shape " + shape_text(w->shape) + ", expected " + shape_text({out, in}));
   }
+  // A tensor-parallel part: rows of W [out, in] and of per-output scales and bias (column-parallel),
+  // or columns of W (row-parallel; the bias then belongs to one rank).
+  const bool split_out = shard.split == Shard::Split::out, split_in = shard.split == Shard::Split::in;
+  std::vector<std::byte> keep_w, keep_s, keep_b;
+  const TensorView wv = split_out ? slice_view(*w, 0, shard.begin, shard.end, keep_w)
+                                  : split_in ? slice_view(*w, 1, shard.begin, shard.end, keep_w) : *w;
   Fp8Tensors t;
-  t.in = in;
-  t.out = out;
-  t.weight.resize(static_cast<std::size_t>(in * out));
-  std::memcpy(t.weight.data(), w->data, t.weight.size());
+  t.in = shard.local_in(in);
+  t.out = shard.local_out(out);
+  t.weight.resize(static_cast<std::size_t>(t.in * t.out));
+  std::memcpy(t.weight.data(), wv.data, t.weight.size());
 
   const TensorView* ws = find(".weight_scale", true);
   const std::string sw = ws->file + ": tensor '" + prefix + ".weight_scale'";
@@ -321,7 +352,7 @@ LinearPtr load_fp8_linear(const Checkpoint& ckpt, const std::string& prefix, std
     throw InputError(sw, "shape " + shape_text(s) + ", expected [] or [1] (per tensor) or [" + std::to_string(out) +
                              "] / [" + std::to_string(out) + ", 1] (per channel)");
   }
-  t.weight_scale = float_values(*ws, sw);
+  t.weight_scale = float_values(per_channel && split_out ? slice_view(*ws, 0, shard.begin, shard.end, keep_s) : *ws, sw);
 
   const TensorView* is = find(".input_scale", settings.static_activations);
   if (is != nullptr && settings.static_activations) {
@@ -337,7 +368,7 @@ LinearPtr load_fp8_linear(const Checkpoint& ckpt, const std::string& prefix, std
     if (b->shape != std::vector<std::int64_t>{out}) {
       throw InputError(sb, "shape " + shape_text(b->shape) + ", expected " + shape_text({out}));
     }
-    t.bias = float_values(*b, sb);
+    if (shard.add_bias) t.bias = float_values(split_out ? slice_view(*b, 0, shard.begin, shard.end, keep_b) : *b, sb);
   }
   return std::make_unique<Fp8Linear>(t, settings, w->file, prefix);
 }

@@ -62,7 +62,8 @@ LinearPtr make_fp8_linear(const Fp8Tensors& tensors, const Fp8Settings& settings
 // tensor's dtype and shape against in / out (InputError naming the tensor); adds the names it read
 // to `used`.
 LinearPtr load_fp8_linear(const Checkpoint& ckpt, const std::string& prefix, std::int64_t in, std::int64_t out,
-                          const Fp8Settings& settings, std::set<std::string>& used);
+                          const Fp8Settings& settings, std::set<std::string>& used,
+                          const Shard& shard = Shard::whole());
 
 // Quantizes a float weight [out, in] (make-model, tests): scale = max|w| / 448 per tensor or per
 // output row (1 when all zero), codes = e4m3(w / scale).

@@ -198,7 +198,7 @@ GptqLinear::GptqLinear(const GptqTensors& t, const GptqSettings& s, const std::s
     throw InputError(tensor_where(where, prefix, ".qzeros"), "out_features " + std::to_string(out) +
                                                                  " is not a positive multiple of 8 (8 zero points per int32)");
   }
-  groups_ = gptq_groups(in, s.group_size);
+  groups_ = t.groups > 0 ? t.groups : gptq_groups(in, s.group_size);
   kwords_ = in / 8;
   blocks_ = (out + k::kBlock - 1) / k::kBlock;
   auto check_size = [&](std::size_t got, std::int64_t want, const char* suffix) {
@@ -471,7 +471,7 @@ LinearPtr make_gptq_linear(const GptqTensors& tensors, const GptqSettings& setti
 }
 
 LinearPtr load_gptq_linear(const Checkpoint& ckpt, const std::string& prefix, std::int64_t in, std::int64_t out,
-                           const GptqSettings& settings, std::set<std::string>& used) {
+                           const GptqSettings& settings, std::set<std::string>& used, const Shard& shard) {
   auto tensor = [&](const char* suffix, std::vector<TensorDType> dtypes, const std::vector<std::int64_t>& shape,
                     bool required) -> const TensorView* {
     const std::string name = prefix + suffix;
@@ -501,30 +501,85 @@ LinearPtr load_gptq_linear(const Checkpoint& ckpt, const std::string& prefix, st
                      "out_features " + std::to_string(out) + " is not a multiple of 8 (8 zero points per int32)");
   }
   const std::int64_t G = gptq_groups(in, settings.group_size);
-  GptqTensors t;
-  t.in = in;
-  t.out = out;
   const TensorView* qw = tensor(".qweight", {TensorDType::I32}, {in / 8, out}, true);
   const TensorView* qz = tensor(".qzeros", {TensorDType::I32}, {G, out / 8}, true);
   const TensorView* sc = tensor(".scales", {TensorDType::F16, TensorDType::F32}, {G, out}, true);
   const TensorView* gi = tensor(".g_idx", {TensorDType::I32}, {in}, settings.desc_act);
   const TensorView* bi = tensor(".bias", {TensorDType::F16, TensorDType::F32, TensorDType::BF16}, {out}, false);
-  t.qweight = read_raw<std::int32_t>(*qw);
-  t.qzeros = read_raw<std::int32_t>(*qz);
-  if (sc->dtype == TensorDType::F16) {
-    t.scales_f16 = read_raw<std::uint16_t>(*sc);
-  } else {
-    t.scales_f32 = read_raw<float>(*sc);
+
+  GptqTensors t;
+  t.in = shard.local_in(in);
+  t.out = shard.local_out(out);
+  TensorView qwv = *qw, qzv = *qz, scv = *sc, giv, biv;
+  if (gi != nullptr) giv = *gi;
+  if (bi != nullptr) biv = *bi;
+  std::vector<std::byte> keep_qw, keep_qz, keep_sc, keep_gi, keep_bi;
+  const std::int64_t b = shard.begin, e = shard.end;
+  const std::string split_text = "[" + std::to_string(b) + ", " + std::to_string(e) + ")";
+  if (shard.split == Shard::Split::out) {
+    if (b % 8 != 0 || e % 8 != 0) {
+      throw InputError(ckpt.dir() + ": tensor '" + prefix + ".qzeros'",
+                       "tensor parallel: outputs " + split_text + " do not start and end on a multiple of 8 (8 zero points per int32)");
+    }
+    qwv = slice_view(*qw, 1, b, e, keep_qw);
+    qzv = slice_view(*qz, 1, b / 8, e / 8, keep_qz);
+    scv = slice_view(*sc, 1, b, e, keep_sc);
+    if (bi != nullptr) biv = slice_view(*bi, 0, b, e, keep_bi);
+  } else if (shard.split == Shard::Split::in) {
+    if (b % 8 != 0 || e % 8 != 0) {
+      throw InputError(where0, "tensor parallel: inputs " + split_text + " do not start and end on a multiple of 8 (8 rows per int32)");
+    }
+    qwv = slice_view(*qw, 0, b / 8, e / 8, keep_qw);
+    std::vector<std::int32_t> full_g;
+    if (gi != nullptr) {
+      full_g = read_raw<std::int32_t>(*gi);
+      giv = slice_view(*gi, 0, b, e, keep_gi);
+    }
+    // Act-order: rows of this part belong to any group, so every group's scales and zeros stay.
+    bool ordered = true;
+    const std::int64_t gs = settings.group_size;
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(full_g.size()) && ordered; ++i) {
+      ordered = full_g[i] == (gs <= 0 ? 0 : i / gs);
+    }
+    if (!ordered) {
+      t.groups = G;
+    } else if (gs > 0) {
+      if (b % gs != 0 || (e % gs != 0 && e != in)) {
+        throw InputError(where0, "tensor parallel: inputs " + split_text + " do not start and end on a group boundary (group_size " +
+                                     std::to_string(gs) + "); choose a tensor_parallel degree that divides the groups");
+      }
+      const std::int64_t g0 = b / gs, g1 = (e + gs - 1) / gs;
+      qzv = slice_view(*qz, 0, g0, g1, keep_qz);
+      scv = slice_view(*sc, 0, g0, g1, keep_sc);
+      if (gi != nullptr) {
+        // The part's own group numbers: i / group_size from its first row.
+        keep_gi.resize(static_cast<std::size_t>(e - b) * sizeof(std::int32_t));
+        for (std::int64_t i = b; i < e; ++i) {
+          const std::int32_t g = static_cast<std::int32_t>(i / gs - g0);
+          std::memcpy(keep_gi.data() + (i - b) * sizeof(std::int32_t), &g, sizeof g);
+        }
+        giv.data = keep_gi.data();
+      }
+    }
+    if (!shard.add_bias) bi = nullptr;
   }
-  if (gi != nullptr) t.g_idx = read_raw<std::int32_t>(*gi);
+
+  t.qweight = read_raw<std::int32_t>(qwv);
+  t.qzeros = read_raw<std::int32_t>(qzv);
+  if (scv.dtype == TensorDType::F16) {
+    t.scales_f16 = read_raw<std::uint16_t>(scv);
+  } else {
+    t.scales_f32 = read_raw<float>(scv);
+  }
+  if (gi != nullptr) t.g_idx = read_raw<std::int32_t>(giv);
   if (bi != nullptr) {
-    if (bi->dtype == TensorDType::F32) {
-      t.bias = read_raw<float>(*bi);
+    if (biv.dtype == TensorDType::F32) {
+      t.bias = read_raw<float>(biv);
     } else {
-      const auto raw = read_raw<std::uint16_t>(*bi);
-      t.bias.resize(out);
-      for (std::int64_t j = 0; j < out; ++j) {
-        t.bias[j] = bi->dtype == TensorDType::F16 ? half_to_float(raw[j])
+      const auto raw = read_raw<std::uint16_t>(biv);
+      t.bias.resize(static_cast<std::size_t>(t.out));
+      for (std::int64_t j = 0; j < t.out; ++j) {
+        t.bias[j] = biv.dtype == TensorDType::F16 ? half_to_float(raw[j])
                                                   : static_cast<float>(c10::BFloat16(raw[j], c10::BFloat16::from_bits()));
       }
     }

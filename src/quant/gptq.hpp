@@ -52,6 +52,8 @@ struct GptqTensors {
   std::vector<std::uint16_t> scales_f16; // [G, out] float16 bits; or
   std::vector<float> scales_f32;         // [G, out] when the checkpoint stores F32 scales
   std::vector<std::int32_t> g_idx;       // [in]; empty: i / group_size
+  std::int64_t groups = 0;               // G; 0: gptq_groups(in, group_size). A row-parallel part of an
+                                         // act-order layer keeps every group of the whole layer.
   std::vector<float> bias;               // [out]; empty: none
 };
 
@@ -64,9 +66,14 @@ LinearPtr make_gptq_linear(const GptqTensors& tensors, const GptqSettings& setti
 
 // Loads the layer stored under `prefix` (e.g. "model.layers.0.self_attn.q_proj"), checking every
 // tensor's dtype and shape against in / out (InputError naming the tensor); adds the names it read
-// to `used`.
+// to `used`. With a shard, only this tensor-parallel rank's part is read: a column-parallel part must
+// start and end on a multiple of 8 outputs (8 zero points per int32); a row-parallel part on a
+// multiple of 8 inputs and, unless the layer is act-order, on group boundaries (its scales and zero
+// points are then the groups of its rows; an act-order part keeps all groups, since its rows belong to
+// any of them). InputError naming the tensor and the split otherwise.
 LinearPtr load_gptq_linear(const Checkpoint& ckpt, const std::string& prefix, std::int64_t in, std::int64_t out,
-                           const GptqSettings& settings, std::set<std::string>& used);
+                           const GptqSettings& settings, std::set<std::string>& used,
+                           const Shard& shard = Shard::whole());
 
 // Round-to-nearest quantization of a float weight w [out, in] (row-major) per (output, group), for
 // make-model and tests: asymmetric min/max (scale = (max - min) / 15, zero = round(-min / scale)) or

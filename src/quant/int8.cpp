@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "common/errors.hpp"
+#include "dist/communicator.hpp"
 #include "ops/gemm.hpp"
 #include "quant/int8_kernels.hpp"
 
@@ -215,9 +216,18 @@ void Int8Linear::forward(const float* x, std::int64_t M, std::int64_t ldx, float
   // while its input and int32 product stay in that core's cache. In a probe of oneDNN alone, one
   // product over all rows of a batch (M = 3072) ran up to 4x slower than the same rows in 256-row
   // blocks. Few rows: one product, which oneDNN splits over the threads by columns.
+  // A row-parallel part with per-token scales: each row's max over the whole row, from the group.
+  const float* amax = nullptr;
+  if (group_ != nullptr && act_.mode == Int8Activations::per_token) {
+    group_amax_.resize(static_cast<std::size_t>(M));
+    const float* inv_s = inv_smooth_.empty() ? nullptr : inv_smooth_.data();
+    for (std::int64_t r = 0; r < M; ++r) group_amax_[r] = row_absmax(x + r * ldx, inv_s, in_features());
+    group_->allreduce_max(group_amax_.data(), group_amax_.size());
+    amax = group_amax_.data();
+  }
   const std::int64_t threads = at::get_num_threads();
   if (M <= 256 || M < 64 * threads || at::in_parallel_region()) {
-    forward_rows(x, M, ldx, y, ldy, alpha, beta);
+    forward_rows(x, M, ldx, y, ldy, alpha, beta, amax);
     return;
   }
   std::int64_t blocks = (M + 255) / 256;
@@ -227,13 +237,14 @@ void Int8Linear::forward(const float* x, std::int64_t M, std::int64_t ldx, float
   at::parallel_for(0, blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
     for (std::int64_t b = b0; b < b1; ++b) {
       const std::int64_t r0 = b * rows;
-      forward_rows(x + r0 * ldx, std::min(rows, M - r0), ldx, y + r0 * ldy, ldy, alpha, beta);
+      forward_rows(x + r0 * ldx, std::min(rows, M - r0), ldx, y + r0 * ldy, ldy, alpha, beta,
+                   amax != nullptr ? amax + r0 : nullptr);
     }
   });
 }
 
 void Int8Linear::forward_rows(const float* x, std::int64_t M, std::int64_t ldx, float* y, std::int64_t ldy,
-                              float alpha, float beta) {
+                              float alpha, float beta, const float* group_amax) {
   const std::int64_t K = in_features(), N = out_features();
   // Round M up (the rows past M are computed and dropped): each M is a new oneDNN primitive, and a
   // run's batches come in many lengths.
@@ -249,7 +260,7 @@ void Int8Linear::forward_rows(const float* x, std::int64_t M, std::int64_t ldx, 
       at::parallel_for(0, M, grain_rows(K), [&](std::int64_t r0, std::int64_t r1) {
         for (std::int64_t r = r0; r < r1; ++r) {
           const float* xr = x + r * ldx;
-          const float amax = row_absmax(xr, inv_s, K);
+          const float amax = group_amax != nullptr ? group_amax[r] : row_absmax(xr, inv_s, K);
           const float mult = amax > 0.0f ? 127.0f / amax : 0.0f;
           rscale[r] = amax / 127.0f;
           quantize_row(xr, inv_s, K, mult, -127.0f, 127.0f, 0, reinterpret_cast<std::int8_t*>(a + r * K));
@@ -419,15 +430,28 @@ std::vector<float> f32_values(const TensorView& t, bool positive) {
 }  // namespace
 
 LinearPtr load_int8_linear(const Checkpoint& ckpt, const std::string& prefix, std::int64_t in, std::int64_t out,
-                           const Int8Settings& settings, std::set<std::string>& used) {
+                           const Int8Settings& settings, std::set<std::string>& used, const Shard& shard) {
   const std::string mode = std::string(" (weights ") + to_string(settings.weights) + ", activations " +
                            to_string(settings.activations) + ")";
-  const TensorView& w = expect_tensor(ckpt, prefix + ".weight", TensorDType::I8, {out, in}, "", used);
+  // A tensor-parallel part: rows of W [out, in] and of what is per output (column-parallel), or
+  // columns of W and what is per input (row-parallel).
+  const bool split_out = shard.split == Shard::Split::out, split_in = shard.split == Shard::Split::in;
+  std::vector<std::byte> keep;
+  auto part = [&](const TensorView& v, bool per_output) {
+    if (split_out && per_output) return slice_view(v, 0, shard.begin, shard.end, keep);
+    if (split_in && !per_output) return slice_view(v, v.shape.size() - 1, shard.begin, shard.end, keep);
+    return v;
+  };
+  const std::int64_t local_in = shard.local_in(in), local_out = shard.local_out(out);
+  const TensorView& w_full = expect_tensor(ckpt, prefix + ".weight", TensorDType::I8, {out, in}, "", used);
+  const TensorView w = split_out ? slice_view(w_full, 0, shard.begin, shard.end, keep)
+                                 : split_in ? slice_view(w_full, 1, shard.begin, shard.end, keep) : w_full;
   std::vector<std::int8_t> weight(static_cast<std::size_t>(w.numel()));
   std::memcpy(weight.data(), w.data, weight.size());
-  const std::int64_t n_scales = settings.weights == Int8Weights::per_channel ? out : 1;
-  auto weight_scale =
-      f32_values(expect_tensor(ckpt, prefix + ".weight_scale", TensorDType::F32, {n_scales}, mode, used), true);
+  const bool per_channel = settings.weights == Int8Weights::per_channel;
+  const std::int64_t n_scales = per_channel ? out : 1;
+  const TensorView& ws = expect_tensor(ckpt, prefix + ".weight_scale", TensorDType::F32, {n_scales}, mode, used);
+  auto weight_scale = f32_values(per_channel ? part(ws, true) : ws, true);
 
   Int8ActivationParams act;
   act.mode = settings.activations;
@@ -455,15 +479,18 @@ LinearPtr load_int8_linear(const Checkpoint& ckpt, const std::string& prefix, st
                                                           prefix) != settings.smoothquant_layers.end();
   if (smoothed) {
     act.smooth_scale = f32_values(
-        expect_tensor(ckpt, prefix + ".smooth_scale", TensorDType::F32, {in}, " (listed in smoothquant_layers)", used), true);
+        part(expect_tensor(ckpt, prefix + ".smooth_scale", TensorDType::F32, {in}, " (listed in smoothquant_layers)", used), false),
+        true);
   } else {
     refuse(prefix + ".smooth_scale", "the layer is not listed in quantization_config.smoothquant_layers");
   }
   std::vector<float> bias;
   if (ckpt.find(prefix + ".bias") != nullptr) {
-    bias = f32_values(expect_tensor(ckpt, prefix + ".bias", TensorDType::F32, {out}, "", used), false);
+    const TensorView& b = expect_tensor(ckpt, prefix + ".bias", TensorDType::F32, {out}, "", used);
+    if (shard.add_bias) bias = f32_values(part(b, true), false);  // row-parallel: one rank adds it
   }
-  return std::make_unique<Int8Linear>(in, out, std::move(weight), std::move(weight_scale), std::move(act), std::move(bias));
+  return std::make_unique<Int8Linear>(local_in, local_out, std::move(weight), std::move(weight_scale), std::move(act),
+                                      std::move(bias));
 }
 
 // ---- direct quantization ----------------------------------------------------------------------------

@@ -65,7 +65,8 @@ Int8Settings parse_int8_settings(const nlohmann::json& settings, const std::stri
 // values (finite positive scales, zero point in range) against in / out and the settings
 // (InputError naming the tensor); adds the names it read to `used`.
 LinearPtr load_int8_linear(const Checkpoint& ckpt, const std::string& prefix, std::int64_t in, std::int64_t out,
-                           const Int8Settings& settings, std::set<std::string>& used);
+                           const Int8Settings& settings, std::set<std::string>& used,
+                           const Shard& shard = Shard::whole());
 
 // The activation side of a layer: how forward() quantizes x.
 struct Int8ActivationParams {
@@ -99,6 +100,7 @@ class Int8Linear final : public Linear {
   // The tensors of the checkpoint format above; a layer made by concat_int8 holds several
   // checkpoint layers and cannot be exported (std::logic_error): export the parts.
   void export_tensors(const std::string& prefix, std::vector<TensorToWrite>& out) const override;
+  void set_row_group(Communicator* group) override { group_ = group; }
 
   const std::vector<std::int8_t>& weight() const { return weight_; }
   const std::vector<float>& weight_scale() const { return weight_scale_; }  // as stored: [out] or [1]
@@ -113,8 +115,9 @@ class Int8Linear final : public Linear {
 
  private:
   // forward() on rows that one product covers (parallel inside unless called from a parallel region).
+  // group_amax: per_token rows' max |x / smooth| over the tensor-parallel group (null: this rank's).
   void forward_rows(const float* x, std::int64_t M, std::int64_t ldx, float* y, std::int64_t ldy, float alpha,
-                    float beta);
+                    float beta, const float* group_amax);
 
   std::vector<std::int8_t> weight_;
   std::vector<float> weight_scale_;  // as given
@@ -125,6 +128,8 @@ class Int8Linear final : public Linear {
   std::unique_ptr<ops::PackedS8Weights> packed_;  // weight_ in the product's layout (made at the first forward)
   bool per_tensor_ = false;  // one weight scale per checkpoint layer (for describe())
   bool exportable_ = true;   // false for a concatenation of several checkpoint layers
+  Communicator* group_ = nullptr;  // row-parallel part: per_token scales over the group (set_row_group)
+  std::vector<float> group_amax_;
 };
 
 // ---- direct quantization of float layers --------------------------------------------------------

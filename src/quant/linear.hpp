@@ -12,6 +12,10 @@
 
 #include "io/safetensors.hpp"
 
+namespace evalrun {
+class Communicator;
+}
+
 namespace evalrun::quant {
 
 class Linear {
@@ -41,12 +45,35 @@ class Linear {
   // The checkpoint tensors that store this layer under `prefix` (e.g. prefix + ".qweight"), in the
   // format its loader reads back.
   virtual void export_tensors(const std::string& prefix, std::vector<TensorToWrite>& out) const = 0;
+  // This layer is a row-parallel part (Shard::Split::in) of a layer split over `group`: each rank
+  // holds some columns of a row of x. Layers that scale activations per row at run time (dynamic
+  // INT8 / FP8) then take each row's max |x| over the whole group, so a split layer rounds exactly as
+  // the whole one does. Others need nothing.
+  virtual void set_row_group(Communicator* group) { (void)group; }
 
  private:
   std::int64_t in_, out_;
 };
 
 using LinearPtr = std::unique_ptr<Linear>;
+
+// The part of a layer one tensor-parallel rank holds. Column-parallel (split out): output features
+// [begin, end); the rank computes those outputs in full. Row-parallel (split in): input features
+// [begin, end); the rank computes a partial sum of every output, which the ranks then add up, so the
+// bias belongs to one rank only (add_bias). Split none: the whole layer.
+struct Shard {
+  enum class Split { none, out, in };
+  Split split = Split::none;
+  std::int64_t begin = 0, end = 0;
+  bool add_bias = true;
+
+  static Shard whole() { return {}; }
+  static Shard columns(std::int64_t begin, std::int64_t end) { return {Split::out, begin, end, true}; }
+  static Shard rows(std::int64_t begin, std::int64_t end, bool add_bias) { return {Split::in, begin, end, add_bias}; }
+  // The layer's local features: (in, out) of the part this rank holds.
+  std::int64_t local_in(std::int64_t in) const { return split == Split::in ? end - begin : in; }
+  std::int64_t local_out(std::int64_t out) const { return split == Split::out ? end - begin : out; }
+};
 
 // Where a model calls a Linear: the checkpoint layers it holds side by side (e.g. the prefixes of
 // q_proj, k_proj and v_proj) and the outputs of each.
