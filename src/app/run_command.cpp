@@ -11,14 +11,12 @@
 #include "app/task_flow.hpp"
 #include "common/errors.hpp"
 #include "common/logging.hpp"
+#include "device/backend.hpp"
 #include "model/roberta.hpp"
 
 namespace evalrun {
-namespace {
 
-// Threads per rank: run.threads, else Slurm's --cpus-per-task (SLURM_CPUS_PER_TASK) inside a Slurm job,
-// else the node's cores shared among the ranks on the node; never more than the cores this rank may
-// run on (mpirun binds a rank to one core unless --bind-to none).
+// SLURM_CPUS_PER_TASK inside a Slurm job; mpirun binds a rank to one core unless --bind-to none.
 int choose_threads(const RunSpec& spec, const MpiWorld& world) {
   cpu_set_t set;
   int allowed = static_cast<int>(std::thread::hardware_concurrency());
@@ -38,7 +36,10 @@ int choose_threads(const RunSpec& spec, const MpiWorld& world) {
   return std::max(1, std::min(share, allowed));
 }
 
-}  // namespace
+device::RankPlace rank_place(const MpiWorld& world) {
+  return {world.rank(), world.size(), device::resolve_local_rank(device::process_env(), world.local_rank()),
+          world.local_size()};
+}
 
 int run_command(const MpiWorld& world, const RunSpec& spec) {
   RunTimes times;
@@ -56,6 +57,11 @@ int run_command(const MpiWorld& world, const RunSpec& spec) {
              to_string(spec.task.kind), world.size(), threads, to_string(spec.model.dtype), spec.model.path);
   const bool encoder = spec.task.kind == TaskKind::qa || spec.task.kind == TaskKind::mlm;
   std::unique_ptr<TaskFlow> flow = encoder ? make_encoder_flow() : make_decoder_flow();
+  // The device each rank runs on (environment, plugin session, GPU), before any data is read.
+  std::shared_ptr<device::Backend> backend;
+  world.collective_step([&] { backend = device::open_backend(spec, rank_place(world)); });
+  flow->set_backend(backend);
+  prov.device = backend->device();
 
   // 1. rank 0 reads and tokenizes the data set and splits the work.
   PreparedWork work;
@@ -88,6 +94,9 @@ int run_command(const MpiWorld& world, const RunSpec& spec) {
   });
   auto gathered = world.gather(mine);
   mine.clear();
+  const std::string usage = backend->usage();
+  prov.device_detail = backend->describe() + (usage.empty() ? "" : "; " + usage);
+  if (!usage.empty()) log().info("{}: {}", backend->device(), usage);
   // wall time of the slowest rank, as the job sees it
   for (const auto& s : world.gather(std::to_string(times.inference))) {
     times.inference = std::max(times.inference, std::stod(s));

@@ -461,7 +461,6 @@ DecoderModel::~DecoderModel() = default;
 
 std::unique_ptr<DecoderModel> DecoderModel::load(const std::string& dir, DType dtype, Device device,
                                                  const std::string& quantization_method) {
-  model::require_cpu(device);
   model::tune_malloc_once();
   torch::InferenceMode guard;
 

@@ -321,7 +321,6 @@ RobertaModel::~RobertaModel() = default;
 
 std::unique_ptr<RobertaModel> RobertaModel::load(const std::string& dir, DType dtype, Device device,
                                                  const std::string& quantization_method) {
-  model::require_cpu(device);
   model::tune_malloc_once();
   torch::InferenceMode guard;
 
