@@ -190,7 +190,6 @@ class DecoderFlow : public TaskFlow {
     model_ = DecoderModel::load(spec.model.path, spec.model.dtype, spec.model.device,
                                 spec.quantization.direct ? "none" : spec.quantization.method, tp);
     const auto& cfg = model_->config();
-    prov.compute_dtype = model_->compute_dtype();
     prov.quantization = model_->quantization();
     if (spec.quantization.direct) {
       quant::Int8Settings settings = direct_int8_settings(spec);
@@ -199,6 +198,7 @@ class DecoderFlow : public TaskFlow {
       prov.quantization = settings.describe() + " (direct)";
       log().info("int8: quantized in memory: {}", settings.describe());
     }
+    put_on_device(*model_, prov);
     prov.weight_bytes = model_->weight_bytes();
     prov.architecture = cfg.architectures.empty() ? cfg.model_type : cfg.architectures.front();
     if (tokenizer_) prov.tokenizer_sha256 = tokenizer_->sha256();

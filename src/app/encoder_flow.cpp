@@ -457,7 +457,6 @@ class EncoderFlow : public TaskFlow {
     pad_id_ = model_->config().pad_token_id;
     vocab_ = model_->config().vocab_size;
     check_ids_fit(items_, vocab_, model_->config().max_sequence_length(), spec.model.path);
-    prov.compute_dtype = model_->compute_dtype();
     prov.quantization = model_->quantization();
     if (spec.quantization.direct) {
       quant::Int8Settings settings = direct_int8_settings(spec);
@@ -466,6 +465,7 @@ class EncoderFlow : public TaskFlow {
       prov.quantization = settings.describe() + " (direct)";
       log().info("int8: quantized in memory: {}", settings.describe());
     }
+    put_on_device(*model_, prov);
     prov.weight_bytes = model_->weight_bytes();
     prov.architecture = model_->config().architectures.empty() ? "" : model_->config().architectures.front();
     if (prepared_.tokenizer) prov.tokenizer_sha256 = prepared_.tokenizer->sha256();

@@ -9,6 +9,7 @@
 #include "app/batch_command.hpp"
 #include "app/submit_command.hpp"
 #include "app/compare_command.hpp"
+#include "app/dry_run.hpp"
 #include "app/inspect_command.hpp"
 #include "app/make_model_command.hpp"
 #include "app/quantize_command.hpp"
@@ -25,6 +26,7 @@ const char* kUsage = R"(evalrun: distributed batch evaluation of transformer mod
 
 Usage:
   evalrun CONFIG.toml [--set section.key=value ...] [-v]   run (same as `evalrun run ...`)
+  evalrun CONFIG.toml --dry-run                              validate and print each rank's plan; run nothing
   mpirun -n 4 evalrun CONFIG.toml                            the same on 4 data-parallel ranks
   evalrun inspect RESULT.h5                                  summary of a result file
   evalrun compare REF.h5 CAND.h5 [--thresholds T.toml]       does CAND answer like REF? (exit 0 pass, 1 fail)
@@ -44,7 +46,9 @@ int run_main(int argc, char** argv) {
   std::string config;
   std::vector<std::string> overrides;
   bool verbose = false;
+  bool dry_run = false;
   app.add_option("config", config, "TOML run description")->required();
+  app.add_flag("--dry-run", dry_run, "validate the config and print each rank's plan (device, environment, plugin); run nothing");
   app.add_option("--set", overrides, "override a config key: section.key=value (repeatable)");
   app.add_flag("-v,--verbose", verbose, "debug logging");
   try {
@@ -57,7 +61,7 @@ int run_main(int argc, char** argv) {
   try {
     evalrun::RunSpec spec;
     world.collective_step([&] { spec = evalrun::load_run_spec(config, overrides); });
-    return evalrun::run_command(world, spec);
+    return dry_run ? evalrun::dry_run_command(world, spec) : evalrun::run_command(world, spec);
   } catch (const evalrun::PeerFailed& e) {
     // The failing rank printed its own message; the others leave with its exit status.
     return e.exit_code;

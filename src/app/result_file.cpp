@@ -37,7 +37,8 @@ void write_provenance(H5Writer& out, const RunSpec& spec, const Provenance& p) {
   out.set_attr("/", "dtype", std::string(to_string(spec.model.dtype)));
   out.set_attr("/", "compute_dtype", p.compute_dtype);
   out.set_attr("/", "quantization", p.quantization);
-  out.set_attr("/", "device", std::string(to_string(spec.model.device)));
+  out.set_attr("/", "device", p.device.empty() ? std::string(to_string(spec.model.device)) : p.device);
+  out.set_attr("/", "device_detail", p.device_detail);
   out.set_attr("/", "world_size", static_cast<std::int64_t>(p.world_size));
   out.set_attr("/", "tensor_parallel", static_cast<std::int64_t>(spec.parallel.tensor_parallel));
   out.set_attr("/", "data_parallel", static_cast<std::int64_t>(p.world_size / spec.parallel.tensor_parallel));

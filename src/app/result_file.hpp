@@ -20,6 +20,8 @@ struct Provenance {
   std::string architecture;
   std::string compute_dtype;  // what the arithmetic ran in (fp16 runs compute in float32 on CPU)
   std::string quantization = "none";  // how the linear layers are stored (model quantization())
+  std::string device;         // what rank 0 ran on ("cpu", "cuda:0", "aiu"); "" = model.device
+  std::string device_detail;  // rank 0's device backend: name, plugin and card, work done
   int world_size = 1;
   std::size_t weight_bytes = 0;  // weights rank 0 holds (its part of the model with tensor parallelism)
   std::size_t peak_rss_bytes = 0;  // rank 0's peak resident set after the run (VmHWM)

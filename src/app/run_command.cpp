@@ -12,14 +12,12 @@
 #include "app/task_flow.hpp"
 #include "common/errors.hpp"
 #include "common/logging.hpp"
+#include "device/backend.hpp"
 #include "model/roberta.hpp"
 
 namespace evalrun {
-namespace {
 
-// Threads per rank: run.threads, else Slurm's --cpus-per-task (SLURM_CPUS_PER_TASK) inside a Slurm job,
-// else the node's cores shared among the ranks on the node; never more than the cores this rank may
-// run on (mpirun binds a rank to one core unless --bind-to none).
+// SLURM_CPUS_PER_TASK inside a Slurm job; mpirun binds a rank to one core unless --bind-to none.
 int choose_threads(const RunSpec& spec, const MpiWorld& world) {
   cpu_set_t set;
   int allowed = static_cast<int>(std::thread::hardware_concurrency());
@@ -38,6 +36,13 @@ int choose_threads(const RunSpec& spec, const MpiWorld& world) {
   const int share = std::max(1, cores / std::max(1, world.local_size()));
   return std::max(1, std::min(share, allowed));
 }
+
+device::RankPlace rank_place(const MpiWorld& world) {
+  return {world.rank(), world.size(), device::resolve_local_rank(device::process_env(), world.local_rank()),
+          world.local_size()};
+}
+
+namespace {
 
 // This process's peak resident set (VmHWM), 0 where /proc is not there.
 std::size_t peak_rss_bytes() {
@@ -73,6 +78,11 @@ int run_command(const MpiWorld& world, const RunSpec& spec) {
              spec.model.path);
   const bool encoder = spec.task.kind == TaskKind::qa || spec.task.kind == TaskKind::mlm;
   std::unique_ptr<TaskFlow> flow = encoder ? make_encoder_flow() : make_decoder_flow();
+  // The device each rank runs on (environment, plugin session, GPU), before any data is read.
+  std::shared_ptr<device::Backend> backend;
+  world.collective_step([&] { backend = device::open_backend(spec, rank_place(world)); });
+  flow->set_backend(backend);
+  prov.device = backend->device();
   std::unique_ptr<Communicator> group;
   if (tp > 1) group = world.split(replica, tp_rank);
 
@@ -130,6 +140,9 @@ int run_command(const MpiWorld& world, const RunSpec& spec) {
   });
   auto gathered = world.gather(mine);
   mine.clear();
+  const std::string usage = backend->usage();
+  prov.device_detail = backend->describe() + (usage.empty() ? "" : "; " + usage);
+  if (!usage.empty()) log().info("{}: {}", backend->device(), usage);
   // wall time of the slowest rank, as the job sees it
   for (const auto& s : world.gather(std::to_string(times.inference))) {
     times.inference = std::max(times.inference, std::stod(s));

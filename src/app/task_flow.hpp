@@ -11,6 +11,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "dist/communicator.hpp"
 #include "dist/serialize.hpp"
 #include "config/run_spec.hpp"
+#include "device/backend.hpp"
 #include "io/hdf5_file.hpp"
 
 namespace evalrun {
@@ -46,6 +48,24 @@ class TaskFlow {
   virtual std::string run(const RunSpec& spec, bool report_progress) = 0;               // every rank
   virtual void finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
                       Provenance provenance) = 0;                                        // rank 0
+
+  // The device backend load() hands the model to (run_command sets it before load).
+  void set_backend(std::shared_ptr<device::Backend> backend) { backend_ = std::move(backend); }
+
+ protected:
+  // Gives the model's projections to the device backend and records the precision it computes in.
+  template <class Model>
+  void put_on_device(Model& model, Provenance& provenance) {
+    if (!backend_) throw std::logic_error("TaskFlow: no device backend set");
+    device::take_over_projections(
+        *backend_, model.linear_sites(),
+        [&](std::size_t i, quant::LinearPtr layer) { return model.replace_linear(i, std::move(layer)); },
+        provenance.quantization);
+    provenance.compute_dtype = backend_->compute_dtype(model.compute_dtype());
+  }
+
+ private:
+  std::shared_ptr<device::Backend> backend_;
 };
 
 std::unique_ptr<TaskFlow> make_encoder_flow();  // qa, mlm (RoBERTa)

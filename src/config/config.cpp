@@ -130,7 +130,7 @@ const std::vector<KeySpec>& key_specs() {
        .help = "compute precision of the weights and activations",
        .apply = [](RunSpec& r, const Scalar& v) { r.model.dtype = static_cast<DType>(v.choice); }},
       {.section = "model", .key = "device", .kind = Kind::enumeration, .choices = {"cpu", "cuda", "aiu"}, .default_note = "\"cpu\"",
-       .help = "device the model runs on",
+       .help = "where the projections run: the host (cpu), cuda:<local rank> (a build with CUDA), or an AIU through its backend plugin (README \"Devices\")",
        .apply = [](RunSpec& r, const Scalar& v) { r.model.device = static_cast<Device>(v.choice); }},
       // [task]
       {.section = "task", .key = "kind", .kind = Kind::enumeration, .choices = {"qa", "mlm", "generate", "perplexity"}, .required = true, .default_note = "(required)",
@@ -243,13 +243,23 @@ const std::vector<KeySpec>& key_specs() {
       {.section = "validation", .key = "golden", .kind = Kind::string, .applies = kGenerate, .default_note = "\"\" (off)", .allowed_note = "file",
        .help = "generate only: an evalrun generate result file; its /generated/ids are fed instead of this run's own tokens (teacher forcing) and this run's logits recorded at every step; its prompts must equal this run's",
        .apply = [](RunSpec& r, const Scalar& v) { r.validation.golden = v.s; }, .check = check_not_empty},
+      // [aiu]
+      {.section = "aiu", .key = "plugin", .kind = Kind::string, .default_note = "$EVALRUN_AIU_PLUGIN", .allowed_note = "file",
+       .help = "model.device = \"aiu\" only: the backend plugin (shared library, README \"Devices\") that runs the projections",
+       .apply = [](RunSpec& r, const Scalar& v) { r.aiu.plugin = v.s; }, .check = check_not_empty},
+      {.section = "aiu", .key = "vfio_mode", .kind = Kind::enumeration, .choices = {"PF", "VF"}, .default_note = "\"PF\"",
+       .help = "model.device = \"aiu\" only: the card as a PCI physical or virtual function (FLEX_DEVICE)",
+       .apply = [](RunSpec& r, const Scalar& v) { r.aiu.vfio_mode = v.choice == 0 ? "PF" : "VF"; }},
+      {.section = "aiu", .key = "compile_dynamic", .kind = Kind::enumeration, .choices = {"static", "symbolic"}, .default_note = "\"static\"",
+       .help = "model.device = \"aiu\" only: compile one program per input shape (static) or one with symbolic batch and sequence sizes",
+       .apply = [](RunSpec& r, const Scalar& v) { r.aiu.compile_dynamic = v.choice == 0 ? "static" : "symbolic"; }},
   };
   // clang-format on
   return keys;
 }
 
 const std::vector<std::string>& section_names() {
-  static const std::vector<std::string> names = {"run", "model", "task", "quantization", "parallel", "output", "validation"};
+  static const std::vector<std::string> names = {"run", "model", "task", "quantization", "parallel", "output", "validation", "aiu"};
   return names;
 }
 
@@ -717,6 +727,14 @@ class Loader {
           std::string(
               "output.top_k applies only to output.logits = \"topk\" (this run has output.logits = \"") +
               to_string(spec.output.logits) + "\")");
+    }
+    for (const char* key : {"plugin", "vfio_mode", "compile_dynamic"}) {
+      const std::string full = std::string("aiu.") + key;
+      if (set_keys_.count(full) && spec.model.device != Device::aiu) {
+        throw InputError(where(full, find_value(*find_spec("aiu", key))),
+                         full + " applies only to model.device = \"aiu\" (this run has model.device = \"" +
+                             to_string(spec.model.device) + "\")");
+      }
     }
     if (set_keys_.count("task.null_score_diff_threshold") && !spec.task.version_2_with_negative) {
       throw InputError(

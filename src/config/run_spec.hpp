@@ -93,6 +93,14 @@ struct ValidationSection {
   std::string golden;
 };
 
+// model.device = "aiu" only: how the AIU is set up and which backend plugin runs the projections
+// (src/device/aiu_env.hpp, aiu_plugin.h).
+struct AiuSection {
+  std::string plugin;                  // backend plugin (.so); "" = the EVALRUN_AIU_PLUGIN environment variable
+  std::string vfio_mode = "PF";        // PF | VF: how the card is attached (exported as FLEX_DEVICE)
+  std::string compile_dynamic = "static";  // static | symbolic: compile per input shape, or symbolic shapes
+};
+
 struct RunSpec {
   std::string config_path;  // where it came from (for messages)
   // The keys set in the file, with --set overrides applied, re-serialised as TOML (sections and keys in
@@ -105,6 +113,7 @@ struct RunSpec {
   ParallelSection parallel;
   OutputSection output;
   ValidationSection validation;
+  AiuSection aiu;
 };
 
 }  // namespace evalrun

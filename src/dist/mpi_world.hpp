@@ -22,6 +22,7 @@ class MpiWorld {
   int rank() const { return rank_; }
   int size() const { return size_; }
   int local_size() const { return local_size_; }  // ranks sharing this node
+  int local_rank() const { return local_rank_; }  // this rank's index among them (by world rank)
   bool is_root() const { return rank_ == 0; }
 
   void barrier() const;
@@ -48,6 +49,7 @@ class MpiWorld {
   int rank_ = 0;
   int size_ = 1;
   int local_size_ = 1;
+  int local_rank_ = 0;
 };
 
 // Thrown on the ranks whose own step succeeded while another rank's failed.

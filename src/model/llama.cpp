@@ -502,7 +502,6 @@ DecoderModel::~DecoderModel() = default;
 
 std::unique_ptr<DecoderModel> DecoderModel::load(const std::string& dir, DType dtype, Device device,
                                                  const std::string& quantization_method, Communicator* tp) {
-  model::require_cpu(device);
   model::tune_malloc_once();
   torch::InferenceMode guard;
 

@@ -27,12 +27,6 @@ void tune_malloc_once() {
   });
 }
 
-void require_cpu(Device device) {
-  if (device == Device::cpu) return;
-  throw InputError("model.device",
-                   std::string("'") + to_string(device) + "' is not available in this build (CPU only)");
-}
-
 torch::Tensor Workspace::get(const std::vector<std::int64_t>& shape, torch::ScalarType st) {
   std::int64_t n = 1;
   for (auto d : shape) n *= d;

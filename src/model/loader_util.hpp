@@ -26,9 +26,6 @@ std::string shape_string(const std::vector<std::int64_t>& shape);
 // first-touched 4 KiB page on these VMs).
 void tune_malloc_once();
 
-// The models run on the CPU only: InputError naming model.device otherwise.
-void require_cpu(Device device);
-
 // A flat buffer handed out as views of the size asked for; grows, never shrinks.
 struct Workspace {
   torch::Tensor storage;

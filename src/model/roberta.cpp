@@ -353,7 +353,6 @@ RobertaModel::~RobertaModel() = default;
 
 std::unique_ptr<RobertaModel> RobertaModel::load(const std::string& dir, DType dtype, Device device,
                                                  const std::string& quantization_method, Communicator* tp) {
-  model::require_cpu(device);
   model::tune_malloc_once();
   torch::InferenceMode guard;
 

@@ -67,7 +67,8 @@ class RobertaModel {
   // Reads dir/config.json and the safetensors (single file or sharded with an index). Every expected
   // tensor must exist with the expected shape; unexpected tensors are an error except the ones HF
   // ignores (pooler, embeddings.position_ids, a tied lm_head.decoder.weight). Names may carry the
-  // "roberta." prefix or not. Device cuda / aiu: InputError (not available in this build).
+  // "roberta." prefix or not. The model is built on the host whatever the device; src/device takes
+  // its projections over after load.
   // Quantized checkpoints load as DecoderModel::load describes.
   // tp: the tensor-parallel group (see DecoderModel::load and roberta.cpp).
   static std::unique_ptr<RobertaModel> load(const std::string& dir, DType dtype, Device device,

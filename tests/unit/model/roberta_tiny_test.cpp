@@ -307,8 +307,6 @@ TEST_F(TinyRoberta, WrongHeadAndBadInputsAreClearErrors) {
   EXPECT_NE(input_error([&] { qa->question_answering(long_ids.data(), long_mask.data(), 1, 600, s, e); })
                 .find("max_position_embeddings"),
             std::string::npos);
-  EXPECT_NE(input_error([&] { RobertaModel::load(qa_dir(), DType::fp32, Device::cuda); }).find("not available"),
-            std::string::npos);
 }
 
 TEST_F(TinyRoberta, LoaderErrorsNameTheTensor) {
