@@ -7,8 +7,9 @@
 # Left out: the tests that run the evalrun binary (tests/cli, tests/mpi, tests/e2e, labelled "unit"
 # too): most start it under mpirun, whose launcher and helper processes would all run with ASan's
 # runtime and options, slowly and noisily, for code the library tests already cover.
-# Any ASan or UBSan report fails the test (abort_on_error / halt_on_error). Leak checking is on; the suppressions in
-# scripts/sanitizer/lsan.supp cover only allocations made and kept by third-party libraries.
+# Any ASan or UBSan report fails the test (abort_on_error / halt_on_error). Leak checking is on;
+# scripts/sanitizer/lsan.supp is where suppressions for third-party libraries would go (none needed so
+# far). With EVALRUN_DATA_DIR set, the tests on the shared data run too.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${EVALRUN_ASAN_BUILD_DIR:-$root/build-asan}
