@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -12,6 +13,7 @@
 #include "common/errors.hpp"
 #include "common/logging.hpp"
 #include "model/roberta.hpp"
+#include "resume/run_journal.hpp"
 
 namespace evalrun {
 namespace {
@@ -40,7 +42,7 @@ int choose_threads(const RunSpec& spec, const MpiWorld& world) {
 
 }  // namespace
 
-int run_command(const MpiWorld& world, const RunSpec& spec) {
+int run_command(const MpiWorld& world, const RunSpec& spec, bool resume) {
   RunTimes times;
   Provenance prov;
   prov.start_time = utc_now_iso8601();
@@ -57,14 +59,23 @@ int run_command(const MpiWorld& world, const RunSpec& spec) {
   const bool encoder = spec.task.kind == TaskKind::qa || spec.task.kind == TaskKind::mlm;
   std::unique_ptr<TaskFlow> flow = encoder ? make_encoder_flow() : make_decoder_flow();
 
-  // 1. rank 0 reads and tokenizes the data set and splits the work.
+  // 1. rank 0 reads and tokenizes the data set and splits the work, leaving out what the journal of
+  // an interrupted run holds when resuming (and refusing to if the run changed since).
   PreparedWork work;
+  std::optional<RunJournal> journal;  // rank 0
   world.collective_step([&] {
     if (!world.is_root()) return;
     auto t0 = Clock::now();
-    work = flow->prepare(spec, world.size());
+    journal.emplace(spec.output.path, resume);
+    work = flow->prepare(spec, world.size(), journal->finished_indices());
+    prov.model_sha256 = checkpoint_sha256(spec.model.path);
+    journal->check(run_fingerprint(spec, prov.model_sha256, work.inputs_sha256));
     times.prepare = seconds_since(t0);
+    times.resumed_items = journal->finished().size();
     log().info("prepared {} samples -> {} work items in {:.2f} s", work.samples, work.items, times.prepare);
+    if (journal->resuming()) {
+      log().info("resuming: {} work items done before, {} to run", times.resumed_items, work.items - times.resumed_items);
+    }
   });
   const std::string shard = world.scatter(work.shards);
   world.broadcast(work.shared);
@@ -75,15 +86,19 @@ int run_command(const MpiWorld& world, const RunSpec& spec) {
     auto t0 = Clock::now();
     flow->load(spec, shard, work.shared, prov);
     times.load = seconds_since(t0);
-    if (world.is_root()) prov.model_sha256 = checkpoint_sha256(spec.model.path);
+    if (world.is_root()) journal->start();  // before any rank finishes an item
   });
   work.shared.clear();
+  std::string run_id = world.is_root() ? journal->run_id() : std::string();
+  world.broadcast(run_id);
 
-  // 3. every rank runs its shard; rank 0 gathers.
+  // 3. every rank runs its shard, journaling each finished batch; rank 0 gathers.
   std::string mine;
   world.collective_step([&] {
     auto t0 = Clock::now();
-    mine = flow->run(spec, world.is_root());
+    JournalAppender appender(spec.output.path, run_id, world.rank());
+    mine = flow->run(spec, world.is_root(), [&](const FinishedItems& items) { appender.add(items); });
+    appender.close();
     times.inference = seconds_since(t0);
   });
   auto gathered = world.gather(mine);
@@ -93,11 +108,13 @@ int run_command(const MpiWorld& world, const RunSpec& spec) {
     times.inference = std::max(times.inference, std::stod(s));
   }
 
-  // 4. rank 0 post-processes and writes the file.
+  // 4. rank 0 post-processes and writes the file; the journal has served its purpose then.
   world.collective_step([&] {
     if (!world.is_root()) return;
+    if (journal->resuming()) gathered.push_back(records_buffer(journal->take_finished()));
     flow->finish(spec, gathered, times, prov);
     log().info("wrote {}", spec.output.path);
+    journal->remove();
   });
   return kExitOk;
 }

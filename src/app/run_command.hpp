@@ -7,6 +7,7 @@
 namespace evalrun {
 
 // Returns the process exit status (0 ok). Errors on any rank stop all ranks (MpiWorld::collective_step).
-int run_command(const MpiWorld& world, const RunSpec& spec);
+// resume: continue an interrupted run from its journal (resume/run_journal.hpp).
+int run_command(const MpiWorld& world, const RunSpec& spec, bool resume = false);
 
 }  // namespace evalrun
