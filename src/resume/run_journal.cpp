@@ -219,7 +219,7 @@ std::string RunJournal::rank_file(const std::string& output_path, const std::str
 
 JournalAppender::JournalAppender(const std::string& output_path, const std::string& run_id, int rank,
                                  std::chrono::milliseconds sync_interval)
-    : interval_(sync_interval), last_sync_(std::chrono::steady_clock::now()) {
+    : interval_(sync_interval) {
   // Rank 0 made the directory; on a filesystem this rank does not share with rank 0 it is made here.
   fs::create_directories(RunJournal::dir_for(output_path));
   writer_ = std::make_unique<JournalWriter>(RunJournal::rank_file(output_path, run_id, rank));
@@ -230,7 +230,7 @@ JournalAppender::~JournalAppender() = default;
 void JournalAppender::add(const FinishedItems& items) {
   for (const auto& [index, record] : items) writer_->add(index, record);
   const auto now = std::chrono::steady_clock::now();
-  if (now - last_sync_ >= interval_) {
+  if (!last_sync_ || now - *last_sync_ >= interval_) {
     writer_->flush();
     last_sync_ = now;
   }

@@ -87,8 +87,9 @@ class RunJournal {
   std::map<std::uint64_t, std::string> finished_;
 };
 
-// One rank's side: appends each finished batch to its journal file, syncing it to disk when at least
-// `sync_interval` passed since the last sync, and on close().
+// One rank's side: appends each finished batch to its journal file and syncs it to disk with the first
+// batch, then when at least `sync_interval` passed since the last sync (a crash loses at most that
+// much work; syncing every batch of a small model would cost more than the batch), and on close().
 class JournalAppender {
  public:
   JournalAppender(const std::string& output_path, const std::string& run_id, int rank,
@@ -100,7 +101,7 @@ class JournalAppender {
  private:
   std::unique_ptr<JournalWriter> writer_;
   std::chrono::milliseconds interval_;
-  std::chrono::steady_clock::time_point last_sync_;
+  std::optional<std::chrono::steady_clock::time_point> last_sync_;  // none before the first batch
 };
 
 }  // namespace evalrun

@@ -178,19 +178,22 @@ TEST_F(RunJournalDir, DamagedFingerprintIsAnInputErrorNamingIt) {
   }
 }
 
-TEST_F(RunJournalDir, ARecordIsOnDiskOnceTheSyncIntervalPassedOrAtClose) {
+TEST_F(RunJournalDir, TheFirstBatchIsOnDiskAtOnceLaterOnesAfterTheSyncIntervalOrAtClose) {
   fs::create_directories(RunJournal::dir_for(out_));
   const std::string file = RunJournal::rank_file(out_, "00000000000000aa", 0);
   {
     JournalAppender slow(out_, "00000000000000aa", 0, std::chrono::hours(1));
     slow.add({{1, "x"}});
-    EXPECT_TRUE(read_journal(file).items.empty());  // still buffered
+    EXPECT_EQ(read_journal(file).items.size(), 1u);  // the first batch at once
+    slow.add({{2, "y"}});
+    EXPECT_EQ(read_journal(file).items.size(), 1u);  // the next one waits for the interval
     slow.close();
-    EXPECT_EQ(read_journal(file).items.size(), 1u);
+    EXPECT_EQ(read_journal(file).items.size(), 2u);
   }
   JournalAppender every(out_, "00000000000000aa", 0, std::chrono::milliseconds(0));
-  every.add({{2, "y"}});
-  EXPECT_EQ(read_journal(file).items.size(), 2u);  // written and synced with the batch
+  every.add({{3, "z"}});
+  every.add({{4, "w"}});
+  EXPECT_EQ(read_journal(file).items.size(), 4u);  // each batch written and synced with it
 }
 
 }  // namespace
