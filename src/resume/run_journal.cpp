@@ -60,6 +60,13 @@ RunFingerprint parse_fingerprint(const std::string& text, const std::string& whe
   }
 }
 
+// Like the result file's own directory: a path that cannot be made is bad input (output.path).
+void make_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw InputError(dir, "cannot create the run journal directory: " + ec.message());
+}
+
 std::string new_run_id() {
   std::random_device rd;
   std::mt19937_64 g((static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^
@@ -192,8 +199,10 @@ void RunJournal::start() {
   if (then_) return;  // resuming: directory and fingerprint are there
   if (!now_) throw std::logic_error("RunJournal::start before check");
   // A journal without finished items (the constructor refused any other) is replaced.
-  fs::remove_all(dir_);
-  fs::create_directories(dir_);
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+  if (ec) throw InputError(dir_, "cannot replace the run journal directory: " + ec.message());
+  make_dir(dir_);
   run_id_ = new_run_id();
   const fs::path fp = fs::path(dir_) / kFingerprintFile;
   const fs::path tmp = fs::path(dir_) / (std::string(kFingerprintFile) + ".tmp");
@@ -202,7 +211,8 @@ void RunJournal::start() {
     out << json_of(*now_, run_id_);
     if (!out) throw InputError(tmp.string(), "cannot write the run journal's fingerprint");
   }
-  fs::rename(tmp, fp);
+  fs::rename(tmp, fp, ec);
+  if (ec) throw InputError(fp.string(), "cannot write the run journal's fingerprint: " + ec.message());
 }
 
 void RunJournal::remove() {
@@ -221,7 +231,7 @@ JournalAppender::JournalAppender(const std::string& output_path, const std::stri
                                  std::chrono::milliseconds sync_interval)
     : interval_(sync_interval) {
   // Rank 0 made the directory; on a filesystem this rank does not share with rank 0 it is made here.
-  fs::create_directories(RunJournal::dir_for(output_path));
+  make_dir(RunJournal::dir_for(output_path));
   writer_ = std::make_unique<JournalWriter>(RunJournal::rank_file(output_path, run_id, rank));
 }
 

@@ -178,6 +178,16 @@ TEST_F(RunJournalDir, DamagedFingerprintIsAnInputErrorNamingIt) {
   }
 }
 
+TEST_F(RunJournalDir, AnOutputPathThatCannotHoldADirectoryIsAnInputError) {
+  std::ofstream(dir_ / "file") << "x";
+  const std::string out = (dir_ / "file" / "out.h5").string();
+  RunJournal j(out, true);
+  EXPECT_FALSE(j.resuming());
+  j.check(fingerprint_of({}));
+  EXPECT_THROW(j.start(), InputError);
+  EXPECT_THROW(JournalAppender(out, "00000000000000aa", 1), InputError);
+}
+
 TEST_F(RunJournalDir, TheFirstBatchIsOnDiskAtOnceLaterOnesAfterTheSyncIntervalOrAtClose) {
   fs::create_directories(RunJournal::dir_for(out_));
   const std::string file = RunJournal::rank_file(out_, "00000000000000aa", 0);
