@@ -5,6 +5,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "common/errors.hpp"
 #include "common/logging.hpp"
 #include "common/sha256.hpp"
 #include "dist/sharding.hpp"
@@ -127,6 +128,11 @@ void write_timing(H5Writer& out, const RunTimes& t, const std::vector<double>& i
 }
 
 std::string checkpoint_sha256(const std::string& dir) {
+  // Runs before the model is loaded (the run's fingerprint): the loader's own message for a bad path.
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    throw InputError(dir, "checkpoint directory does not exist or is not a directory");
+  }
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     const auto name = e.path().filename().string();
