@@ -321,6 +321,9 @@ int batch_command(int argc, char** argv) {
     }
     args.push_back("--set");
     args.push_back("output.path=" + out);
+    // A run of this batch that was interrupted (killed, a requeued Slurm array task) continues from its
+    // journal; without one, --resume runs everything.
+    args.push_back("--resume");
     if (!selected(i)) continue;
     int code = 0;
     const auto t0 = std::chrono::steady_clock::now();
