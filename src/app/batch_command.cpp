@@ -23,6 +23,8 @@
 
 #include "app/report_assets.hpp"
 #include "common/errors.hpp"
+#include "common/text.hpp"
+#include "common/utf8.hpp"
 #include "validate/compare.hpp"
 #include "validate/report.hpp"
 #include "validate/thresholds.hpp"
@@ -160,6 +162,14 @@ std::string render_table(const std::vector<Row>& rows) {
 BatchSpec load_batch_spec(const std::string& path) {
   if (!fs::is_regular_file(path)) throw InputError(path, "jobs file not found");
   toml::value root;
+  {
+    // toml11 3.7 reads past its buffer reporting invalid UTF-8 in a literal string: check first.
+    const std::string text = read_file(path);
+    if (const std::size_t bad = find_invalid_utf8(text); bad != std::string::npos) {
+      const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n');
+      throw InputError(path + ":" + std::to_string(line), "not valid UTF-8; TOML files must be UTF-8");
+    }
+  }
   try {
     root = toml::parse(path);
   } catch (const toml::syntax_error& e) {
@@ -311,6 +321,9 @@ int batch_command(int argc, char** argv) {
     }
     args.push_back("--set");
     args.push_back("output.path=" + out);
+    // A run of this batch that was interrupted (killed, a requeued Slurm array task) continues from its
+    // journal; without one, --resume runs everything.
+    args.push_back("--resume");
     if (!selected(i)) continue;
     int code = 0;
     const auto t0 = std::chrono::steady_clock::now();

@@ -5,6 +5,7 @@
 #include <functional>
 #include <numeric>
 #include <optional>
+#include <set>
 
 #include "app/direct_quant.hpp"
 #include "app/task_flow.hpp"
@@ -164,9 +165,12 @@ namespace {
 // ================================================================================================
 class DecoderFlow : public TaskFlow {
  public:
-  PreparedWork prepare(const RunSpec& spec, int ranks) override {
+  PreparedWork prepare(const RunSpec& spec, int ranks, const std::set<std::uint64_t>& skip) override {
     tokenizer_.emplace(DecoderTokenizer::from_dir(tokenizer_dir(spec)));
-    PreparedWork w = spec.task.kind == TaskKind::generate ? prepare_generate(spec, ranks) : prepare_perplexity(spec, ranks);
+    // `everything`: every item as one shard, for the inputs digest.
+    std::string everything;
+    PreparedWork w = spec.task.kind == TaskKind::generate ? prepare_generate(spec, ranks, skip, everything)
+                                                          : prepare_perplexity(spec, ranks, skip, everything);
     if (spec.quantization.direct) {
       // Direct quantization: every rank calibrates on the same inputs, sent beside the task's own.
       ByteWriter b;
@@ -174,6 +178,7 @@ class DecoderFlow : public TaskFlow {
       b.put_string(w.shared);
       w.shared = b.take();
     }
+    w.inputs_sha256 = inputs_digest({everything, w.shared});
     return w;
   }
 
@@ -234,9 +239,9 @@ class DecoderFlow : public TaskFlow {
     }
   }
 
-  std::string run(const RunSpec& spec, bool report_progress) override {
-    std::string out = spec.task.kind == TaskKind::generate ? run_generate(spec, report_progress)
-                                                           : run_perplexity(spec, report_progress);
+  std::string run(const RunSpec& spec, bool report_progress, const ItemSink& sink) override {
+    std::string out = spec.task.kind == TaskKind::generate ? run_generate(spec, report_progress, sink)
+                                                           : run_perplexity(spec, report_progress, sink);
     model_.reset();
     return out;
   }
@@ -259,7 +264,8 @@ class DecoderFlow : public TaskFlow {
     return o;
   }
 
-  PreparedWork prepare_generate(const RunSpec& spec, int ranks) {
+  PreparedWork prepare_generate(const RunSpec& spec, int ranks, const std::set<std::uint64_t>& skip,
+                                std::string& everything) {
     prompts_ = spec.task.prompt_set.empty() ? read_prompts(spec.task.dataset) : builtin_prompts(spec.task.prompt_set);
     if (spec.task.max_samples > 0 && static_cast<std::size_t>(spec.task.max_samples) < prompts_.size()) {
       prompts_.resize(static_cast<std::size_t>(spec.task.max_samples));
@@ -275,18 +281,12 @@ class DecoderFlow : public TaskFlow {
       prompt_ids_.push_back(it.prompt_ids);
       truncated_.push_back(it.truncated ? 1 : 0);
     }
-    std::vector<std::int64_t> cost;
-    for (const auto& it : items) {
-      const auto steps = it.forced_ids ? static_cast<std::int64_t>(it.forced_ids->size()) : spec.task.max_new_tokens;
-      cost.push_back(static_cast<std::int64_t>(it.prompt_ids.size()) + steps);
-    }
-    PreparedWork w;
-    for (const auto& shard : balanced_shards(cost, ranks)) {
+    auto serialize = [&](const std::vector<std::size_t>& positions) {
       ByteWriter b;
       b.put_vector(tokenizer_->stop_ids());
       b.put<std::int64_t>(tokenizer_->pad_id());
-      b.put<std::uint64_t>(shard.size());
-      for (std::size_t i : shard) {
+      b.put<std::uint64_t>(positions.size());
+      for (std::size_t i : positions) {
         b.put<std::uint64_t>(items[i].index);
         b.put_string(items[i].id);
         b.put_vector(items[i].prompt_ids);
@@ -294,7 +294,24 @@ class DecoderFlow : public TaskFlow {
         b.put<std::uint8_t>(items[i].forced_ids ? 1 : 0);
         if (items[i].forced_ids) b.put_vector(*items[i].forced_ids);
       }
-      w.shards.push_back(b.take());
+      return b.take();
+    };
+    std::vector<std::size_t> all(items.size()), todo;
+    std::vector<std::int64_t> cost;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      all[i] = i;
+      if (skip.count(items[i].index)) continue;
+      const auto& it = items[i];
+      const auto steps = it.forced_ids ? static_cast<std::int64_t>(it.forced_ids->size()) : spec.task.max_new_tokens;
+      todo.push_back(i);
+      cost.push_back(static_cast<std::int64_t>(it.prompt_ids.size()) + steps);
+    }
+    everything = serialize(all);
+    PreparedWork w;
+    for (const auto& shard : balanced_shards(cost, ranks)) {
+      std::vector<std::size_t> positions;
+      for (std::size_t j : shard) positions.push_back(todo[j]);
+      w.shards.push_back(serialize(positions));
     }
     w.samples = w.items = items.size();
     log().info("generate: {} prompts, stop ids [{}], pad id {}", items.size(), join_stop_ids(tokenizer_->stop_ids()),
@@ -302,27 +319,33 @@ class DecoderFlow : public TaskFlow {
     return w;
   }
 
-  std::string run_generate(const RunSpec& spec, bool report_progress) {
+  std::string run_generate(const RunSpec& spec, bool report_progress, const ItemSink& sink) {
     GenerationOptions o = generation_options(spec);
     Progress progress("prompts");
     if (report_progress) o.progress = std::ref(progress);
-    auto results = run_generation(*model_, gen_items_, o, stop_ids_, pad_id_);
+    ResultRecords records(sink);
+    auto batch_done = [&](const std::vector<GenerationResult>& results, const std::vector<std::size_t>& done) {
+      for (std::size_t i : done) records.add(results[i].index, generation_record(results[i]));
+      records.end_batch();
+    };
+    run_generation(*model_, gen_items_, o, stop_ids_, pad_id_, batch_done);
+    return records.take();
+  }
+
+  // What finish_generate reads of one prompt.
+  static std::string generation_record(const GenerationResult& r) {
     ByteWriter w;
-    w.put<std::uint64_t>(results.size());
-    for (const auto& r : results) {
-      w.put<std::uint64_t>(r.index);
-      w.put_vector(r.generated_ids);
-      w.put_vector(r.own_ids);
-      w.put<std::uint8_t>(r.stopped ? 1 : 0);
-      w.put<std::int64_t>(r.vocab);
-      w.put_vector(r.step_logits);
-      w.put_vector(r.topk_ids);
-      w.put_vector(r.topk_logits);
-      w.put<double>(r.prefill_seconds);
-      w.put_vector(r.step_seconds);
-      w.put<std::int64_t>(r.batch_rows);
-      w.put<std::int64_t>(r.padded_length);
-    }
+    w.put_vector(r.generated_ids);
+    w.put_vector(r.own_ids);
+    w.put<std::uint8_t>(r.stopped ? 1 : 0);
+    w.put<std::int64_t>(r.vocab);
+    w.put_vector(r.step_logits);
+    w.put_vector(r.topk_ids);
+    w.put_vector(r.topk_logits);
+    w.put<double>(r.prefill_seconds);
+    w.put_vector(r.step_seconds);
+    w.put<std::int64_t>(r.batch_rows);
+    w.put<std::int64_t>(r.padded_length);
     return w.take();
   }
 
@@ -449,7 +472,8 @@ class DecoderFlow : public TaskFlow {
   }
 
   // --- perplexity ---------------------------------------------------------------------------------
-  PreparedWork prepare_perplexity(const RunSpec& spec, int ranks) {
+  PreparedWork prepare_perplexity(const RunSpec& spec, int ranks, const std::set<std::uint64_t>& skip,
+                                  std::string& everything) {
     const std::string text = read_file(spec.task.dataset);
     if (text.empty()) throw InputError(spec.task.dataset, "the corpus is empty");
     tokens_ = tokenizer_->encode(text);
@@ -463,19 +487,31 @@ class DecoderFlow : public TaskFlow {
     if (spec.task.max_samples > 0 && static_cast<std::size_t>(spec.task.max_samples) < all_windows_.size()) {
       all_windows_.resize(static_cast<std::size_t>(spec.task.max_samples));  // the first N windows only
     }
-    std::vector<std::int64_t> cost;
-    for (const auto& w : all_windows_) cost.push_back(w.end - w.begin);
-    PreparedWork work;
-    for (const auto& shard : balanced_shards(cost, ranks)) {
+    auto serialize = [&](const std::vector<std::size_t>& positions) {
       ByteWriter b;
-      b.put<std::uint64_t>(shard.size());
-      for (std::size_t i : shard) {
+      b.put<std::uint64_t>(positions.size());
+      for (std::size_t i : positions) {
         b.put<std::uint64_t>(all_windows_[i].index);
         b.put<std::int64_t>(all_windows_[i].begin);
         b.put<std::int64_t>(all_windows_[i].end);
         b.put<std::int64_t>(all_windows_[i].score_from);
       }
-      work.shards.push_back(b.take());
+      return b.take();
+    };
+    std::vector<std::size_t> all(all_windows_.size()), todo;
+    std::vector<std::int64_t> cost;
+    for (std::size_t i = 0; i < all_windows_.size(); ++i) {
+      all[i] = i;
+      if (skip.count(all_windows_[i].index)) continue;
+      todo.push_back(i);
+      cost.push_back(all_windows_[i].end - all_windows_[i].begin);
+    }
+    everything = serialize(all);
+    PreparedWork work;
+    for (const auto& shard : balanced_shards(cost, ranks)) {
+      std::vector<std::size_t> positions;
+      for (std::size_t j : shard) positions.push_back(todo[j]);
+      work.shards.push_back(serialize(positions));
     }
     ByteWriter shared;
     shared.put_vector(tokens_);
@@ -488,7 +524,7 @@ class DecoderFlow : public TaskFlow {
     return work;
   }
 
-  std::string run_perplexity(const RunSpec& spec, bool report_progress) {
+  std::string run_perplexity(const RunSpec& spec, bool report_progress, const ItemSink& sink) {
     PerplexityOptions o;
     o.context_length = context_;
     o.stride = spec.task.stride;
@@ -496,20 +532,24 @@ class DecoderFlow : public TaskFlow {
     o.keep_logits = keep_logits(spec);
     Progress progress("windows");
     if (report_progress) o.progress = std::ref(progress);
-    auto scores = score_perplexity_windows(*model_, tokens_, windows_, o);
-    ByteWriter w;
-    w.put<std::uint64_t>(scores.size());
-    for (const auto& s : scores) {
-      w.put<std::uint64_t>(s.index);
-      w.put_vector(s.positions);
-      w.put_vector(s.log_probs);
-      w.put<std::int64_t>(s.vocab);
-      w.put_vector(s.logits);
-      w.put_vector(s.topk_ids);
-      w.put_vector(s.topk_logits);
-      w.put<double>(s.seconds);
-    }
-    return w.take();
+    ResultRecords records(sink);
+    score_perplexity_windows(*model_, tokens_, windows_, o,
+                             [&](const std::vector<WindowScores>& scores, const std::vector<std::size_t>& done) {
+                               for (std::size_t i : done) {
+                                 const auto& s = scores[i];
+                                 ByteWriter w;  // what finish_perplexity reads of one window
+                                 w.put_vector(s.positions);
+                                 w.put_vector(s.log_probs);
+                                 w.put<std::int64_t>(s.vocab);
+                                 w.put_vector(s.logits);
+                                 w.put_vector(s.topk_ids);
+                                 w.put_vector(s.topk_logits);
+                                 w.put<double>(s.seconds);
+                                 records.add(s.index, w.take());
+                               }
+                               records.end_batch();
+                             });
+    return records.take();
   }
 
   void finish_perplexity(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <limits>
 #include <optional>
+#include <set>
 
 #include "app/direct_quant.hpp"
 #include "app/task_flow.hpp"
@@ -77,20 +78,33 @@ Prepared prepare_encoder_work(const RunSpec& spec) {
   return p;
 }
 
-std::vector<std::string> serialize_shards(const std::vector<EncoderItem>& items, int parts) {
+// The items at `positions`, as a shard.
+std::string serialize_items(const std::vector<EncoderItem>& items, const std::vector<std::size_t>& positions) {
+  ByteWriter w;
+  w.put<std::uint64_t>(positions.size());
+  for (std::size_t i : positions) {
+    w.put<std::uint64_t>(items[i].index);
+    w.put_vector(items[i].input_ids);
+    w.put_vector(items[i].mask_positions);
+  }
+  return w.take();
+}
+
+// Balanced shards of the items not in `skip`.
+std::vector<std::string> serialize_shards(const std::vector<EncoderItem>& items, int parts,
+                                          const std::set<std::uint64_t>& skip) {
+  std::vector<std::size_t> todo;
   std::vector<std::int64_t> cost;
-  cost.reserve(items.size());
-  for (const auto& it : items) cost.push_back(static_cast<std::int64_t>(it.input_ids.size()));
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (skip.count(items[i].index)) continue;
+    todo.push_back(i);
+    cost.push_back(static_cast<std::int64_t>(items[i].input_ids.size()));
+  }
   std::vector<std::string> out;
   for (const auto& shard : shard_by_cost(cost, parts)) {
-    ByteWriter w;
-    w.put<std::uint64_t>(shard.size());
-    for (std::size_t i : shard) {
-      w.put<std::uint64_t>(items[i].index);
-      w.put_vector(items[i].input_ids);
-      w.put_vector(items[i].mask_positions);
-    }
-    out.push_back(w.take());
+    std::vector<std::size_t> positions;
+    for (std::size_t j : shard) positions.push_back(todo[j]);
+    out.push_back(serialize_items(items, positions));
   }
   return out;
 }
@@ -123,48 +137,55 @@ void check_ids_fit(const std::vector<EncoderItem>& items, std::int64_t vocab, st
   }
 }
 
+// Runs the shard; each batch's result records go to `sink` (the run journal) as well as into the
+// returned buffer (read back by finish_qa / finish_mlm).
 std::string run_shard(RobertaModel& model, const RunSpec& spec, const std::vector<EncoderItem>& items,
-                      std::int64_t pad_id, bool report_progress) {
+                      std::int64_t pad_id, bool report_progress, const ItemSink& sink) {
   EncoderBatchOptions opt;
   opt.batch_size = spec.task.batch_size;
   opt.pad_id = pad_id;
   opt.pad_to_length = spec.task.pad_to_max_length ? spec.task.max_seq_length : 0;
   Progress progress("features");
   if (report_progress) opt.progress = std::ref(progress);
-  ByteWriter w;
+  ResultRecords records(sink);
   if (spec.task.kind == TaskKind::qa) {
-    auto results = run_qa_items(model, items, opt);
-    w.put<std::uint64_t>(results.size());
-    for (const auto& r : results) {
-      w.put<std::uint64_t>(r.index);
-      w.put<double>(r.seconds);
-      w.put_vector(r.start_logits);
-      w.put_vector(r.end_logits);
-    }
+    run_qa_items(model, items, opt, [&](const std::vector<QaItemResult>& results, const std::vector<std::size_t>& done) {
+      for (std::size_t i : done) {
+        const auto& r = results[i];
+        ByteWriter w;
+        w.put<double>(r.seconds);
+        w.put_vector(r.start_logits);
+        w.put_vector(r.end_logits);
+        records.add(r.index, w.take());
+      }
+      records.end_batch();
+    });
   } else {
-    auto results = run_mlm_items(model, items, opt);
     const std::int64_t vocab = model.config().vocab_size;
     const bool full = spec.output.logits == LogitsMode::full;
     const int k = std::max(spec.task.top_k, spec.output.logits == LogitsMode::topk ? spec.output.top_k : 0);
-    w.put<std::uint64_t>(results.size());
-    for (std::size_t i = 0; i < results.size(); ++i) {
-      const auto& r = results[i];
-      const std::size_t masks = items[i].mask_positions.size();
-      w.put<std::uint64_t>(r.index);
-      w.put<double>(r.seconds);
-      w.put<std::uint64_t>(masks);
-      for (std::size_t m = 0; m < masks; ++m) {
-        const float* row = r.mask_logits.data() + m * static_cast<std::size_t>(vocab);
-        MaskTopK t = top_k_of_row(row, vocab, k);
-        w.put_vector(t.ids);
-        w.put_vector(t.logits);
-        w.put<double>(t.logsumexp);
-        w.put<std::uint8_t>(full ? 1 : 0);
-        if (full) w.put_vector(std::vector<float>(row, row + vocab));
+    run_mlm_items(model, items, opt, [&](const std::vector<MlmItemResult>& results, const std::vector<std::size_t>& done) {
+      for (std::size_t i : done) {
+        const auto& r = results[i];
+        const std::size_t masks = items[i].mask_positions.size();
+        ByteWriter w;
+        w.put<double>(r.seconds);
+        w.put<std::uint64_t>(masks);
+        for (std::size_t m = 0; m < masks; ++m) {
+          const float* row = r.mask_logits.data() + m * static_cast<std::size_t>(vocab);
+          MaskTopK t = top_k_of_row(row, vocab, k);
+          w.put_vector(t.ids);
+          w.put_vector(t.logits);
+          w.put<double>(t.logsumexp);
+          w.put<std::uint8_t>(full ? 1 : 0);
+          if (full) w.put_vector(std::vector<float>(row, row + vocab));
+        }
+        records.add(r.index, w.take());
       }
-    }
+      records.end_batch();
+    });
   }
-  return w.take();
+  return records.take();
 }
 
 // --- rank 0: results -> file -----------------------------------------------------------------------
@@ -430,14 +451,17 @@ namespace {
 
 class EncoderFlow : public TaskFlow {
  public:
-  PreparedWork prepare(const RunSpec& spec, int ranks) override {
+  PreparedWork prepare(const RunSpec& spec, int ranks, const std::set<std::uint64_t>& skip) override {
     prepared_ = prepare_encoder_work(spec);
     PreparedWork w;
-    w.shards = serialize_shards(prepared_.items, ranks);
+    w.shards = serialize_shards(prepared_.items, ranks, skip);
     w.samples = prepared_.sample_ids.size();
     w.items = prepared_.items.size();
     // Direct quantization: every rank calibrates on the same inputs (so every rank quantizes alike).
     if (spec.quantization.direct) w.shared = prepare_encoder_calibration(spec).serialize();
+    std::vector<std::size_t> all(prepared_.items.size());
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+    w.inputs_sha256 = inputs_digest({serialize_items(prepared_.items, all), w.shared});
     return w;
   }
 
@@ -471,8 +495,8 @@ class EncoderFlow : public TaskFlow {
     if (prepared_.tokenizer) prov.tokenizer_sha256 = prepared_.tokenizer->sha256();
   }
 
-  std::string run(const RunSpec& spec, bool report_progress) override {
-    std::string out = run_shard(*model_, spec, items_, pad_id_, report_progress);
+  std::string run(const RunSpec& spec, bool report_progress, const ItemSink& sink) override {
+    std::string out = run_shard(*model_, spec, items_, pad_id_, report_progress, sink);
     model_.reset();
     items_.clear();
     return out;

@@ -28,6 +28,7 @@ Usage:
   evalrun CONFIG.toml [--set section.key=value ...] [-v]   run (same as `evalrun run ...`)
   evalrun CONFIG.toml --dry-run                              validate and print each rank's plan; run nothing
   mpirun -n 4 evalrun CONFIG.toml                            the same on 4 data-parallel ranks
+  evalrun CONFIG.toml --resume                               continue an interrupted run from its journal
   evalrun inspect RESULT.h5                                  summary of a result file
   evalrun compare REF.h5 CAND.h5 [--thresholds T.toml]       does CAND answer like REF? (exit 0 pass, 1 fail)
   evalrun thresholds REF.h5 RUN.h5... --out T.toml           derive thresholds from several runs' spread
@@ -45,11 +46,14 @@ int run_main(int argc, char** argv) {
   CLI::App app{"Run one evaluation described by a TOML config", "evalrun run"};
   std::string config;
   std::vector<std::string> overrides;
-  bool verbose = false;
+  bool verbose = false, resume = false;
   bool dry_run = false;
   app.add_option("config", config, "TOML run description")->required();
   app.add_flag("--dry-run", dry_run, "validate the config and print each rank's plan (device, environment, plugin); run nothing");
   app.add_option("--set", overrides, "override a config key: section.key=value (repeatable)");
+  app.add_flag("--resume", resume,
+               "continue an interrupted run: skip the work items in <output.path>.journal/ (the same config "
+               "and model are required; without a journal the whole run is done)");
   app.add_flag("-v,--verbose", verbose, "debug logging");
   try {
     app.parse(argc, argv);
@@ -61,7 +65,7 @@ int run_main(int argc, char** argv) {
   try {
     evalrun::RunSpec spec;
     world.collective_step([&] { spec = evalrun::load_run_spec(config, overrides); });
-    return dry_run ? evalrun::dry_run_command(world, spec) : evalrun::run_command(world, spec);
+    return dry_run ? evalrun::dry_run_command(world, spec) : evalrun::run_command(world, spec, resume);
   } catch (const evalrun::PeerFailed& e) {
     // The failing rank printed its own message; the others leave with its exit status.
     return e.exit_code;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -14,6 +15,7 @@
 #include "common/logging.hpp"
 #include "device/backend.hpp"
 #include "model/roberta.hpp"
+#include "resume/run_journal.hpp"
 
 namespace evalrun {
 
@@ -56,7 +58,7 @@ std::size_t peak_rss_bytes() {
 
 }  // namespace
 
-int run_command(const MpiWorld& world, const RunSpec& spec) {
+int run_command(const MpiWorld& world, const RunSpec& spec, bool resume) {
   RunTimes times;
   Provenance prov;
   prov.start_time = utc_now_iso8601();
@@ -86,15 +88,25 @@ int run_command(const MpiWorld& world, const RunSpec& spec) {
   std::unique_ptr<Communicator> group;
   if (tp > 1) group = world.split(replica, tp_rank);
 
-  // 1. rank 0 reads and tokenizes the data set and splits the work, one shard per replica.
+  // 1. rank 0 reads and tokenizes the data set and splits the work, one shard per replica, leaving
+  // out what the journal of an interrupted run holds when resuming (and refusing to if the run
+  // changed since).
   PreparedWork work;
   std::vector<std::string> per_rank;
+  std::optional<RunJournal> journal;  // rank 0
   world.collective_step([&] {
     if (!world.is_root()) return;
     auto t0 = Clock::now();
-    work = flow->prepare(spec, dp);
+    journal.emplace(spec.output.path, resume);
+    work = flow->prepare(spec, dp, journal->finished_indices());
+    prov.model_sha256 = checkpoint_sha256(spec.model.path);
+    journal->check(run_fingerprint(spec, prov.model_sha256, work.inputs_sha256));
     times.prepare = seconds_since(t0);
+    times.resumed_items = journal->finished().size();
     log().info("prepared {} samples -> {} work items in {:.2f} s", work.samples, work.items, times.prepare);
+    if (journal->resuming()) {
+      log().info("resuming: {} work items done before, {} to run", times.resumed_items, work.items - times.resumed_items);
+    }
     for (int r = 0; r < world.size(); ++r) per_rank.push_back(work.shards[static_cast<std::size_t>(r / tp)]);
   });
   const std::string shard = world.scatter(per_rank);
@@ -112,20 +124,30 @@ int run_command(const MpiWorld& world, const RunSpec& spec) {
       auto t0 = Clock::now();
       flow->load(spec, shard, work.shared, prov, group.get());
       times.load = seconds_since(t0);
-      if (world.is_root()) prov.model_sha256 = checkpoint_sha256(spec.model.path);
     });
   }
+  world.collective_step([&] {
+    if (world.is_root()) journal->start();  // before any rank finishes an item
+  });
   work.shared.clear();
+  std::string run_id = world.is_root() ? journal->run_id() : std::string();
+  world.broadcast(run_id);
 
-  // 3. every rank runs its shard; the first rank of each group returns the group's results; rank 0
-  // gathers. A rank that fails inside a group's all-reduce leaves its partners waiting there, out of
-  // reach of collective_step: with tensor parallelism a failure other than bad input (which every
-  // rank of a group meets alike) ends the whole job at once.
+  // 3. every rank runs its shard; the first rank of each group journals each finished batch and
+  // returns the group's results (the other ranks of a group compute the same items); rank 0 gathers.
+  // A rank that fails inside a group's all-reduce leaves its partners waiting there, out of reach of
+  // collective_step: with tensor parallelism a failure other than bad input (which every rank of a
+  // group meets alike) ends the whole job at once; the journal keeps what was finished.
   std::string mine;
   world.collective_step([&] {
     auto t0 = Clock::now();
+    std::optional<JournalAppender> appender;
+    if (tp_rank == 0) appender.emplace(spec.output.path, run_id, world.rank());
+    auto sink = [&](const FinishedItems& items) {
+      if (appender) appender->add(items);
+    };
     try {
-      mine = flow->run(spec, world.is_root());
+      mine = flow->run(spec, world.is_root(), sink);
     } catch (const InputError&) {
       throw;
     } catch (const std::exception& e) {
@@ -133,6 +155,7 @@ int run_command(const MpiWorld& world, const RunSpec& spec) {
       log().error("rank {}: {}", world.rank(), e.what());
       world.abort(kExitFailed);
     }
+    if (appender) appender->close();
     if (tp_rank != 0) mine = no_results();
     times.inference = seconds_since(t0);
     if (group) times.allreduce = group->allreduce_seconds();
@@ -148,11 +171,13 @@ int run_command(const MpiWorld& world, const RunSpec& spec) {
     times.inference = std::max(times.inference, std::stod(s));
   }
 
-  // 4. rank 0 post-processes and writes the file.
+  // 4. rank 0 post-processes and writes the file; the journal has served its purpose then.
   world.collective_step([&] {
     if (!world.is_root()) return;
+    if (journal->resuming()) gathered.push_back(records_buffer(journal->take_finished()));
     flow->finish(spec, gathered, times, prov);
     log().info("wrote {}", spec.output.path);
+    journal->remove();
   });
   return kExitOk;
 }

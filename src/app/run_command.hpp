@@ -8,7 +8,8 @@
 namespace evalrun {
 
 // Returns the process exit status (0 ok). Errors on any rank stop all ranks (MpiWorld::collective_step).
-int run_command(const MpiWorld& world, const RunSpec& spec);
+// resume: continue an interrupted run from its journal (resume/run_journal.hpp).
+int run_command(const MpiWorld& world, const RunSpec& spec, bool resume = false);
 
 // Threads per rank: run.threads, else Slurm's --cpus-per-task, else the node's cores shared among its
 // ranks; never more than the cores this rank may run on.

@@ -61,6 +61,46 @@ void refuse_direct_with_tp(const RunSpec& spec) {
   }
 }
 
+void ResultRecords::end_batch() {
+  if (batch_.empty()) return;
+  if (sink_) sink_(batch_);
+  for (const auto& [index, record] : batch_) {
+    ByteWriter w;
+    w.put<std::uint64_t>(index);
+    body_ += w.take();
+    body_ += record;
+    ++count_;
+  }
+  batch_.clear();
+}
+
+std::string ResultRecords::take() {
+  end_batch();
+  ByteWriter w;
+  w.put<std::uint64_t>(count_);
+  std::string out = w.take();
+  out += body_;
+  body_.clear();
+  count_ = 0;
+  return out;
+}
+
+std::string records_buffer(const std::map<std::uint64_t, std::string>& records) {
+  ResultRecords r(ItemSink{});
+  for (const auto& [index, record] : records) r.add(index, record);
+  return r.take();
+}
+
+std::string inputs_digest(const std::vector<std::string>& parts) {
+  Sha256 h;
+  for (const auto& p : parts) {
+    const std::uint64_t n = p.size();  // lengths keep ("ab","c") apart from ("a","bc")
+    h.update(&n, sizeof n);
+    h.update(p);
+  }
+  return h.hex_digest();
+}
+
 std::vector<std::vector<std::size_t>> balanced_shards(const std::vector<std::int64_t>& cost, int ranks) {
   return shard_by_cost(cost, ranks);
 }
@@ -94,6 +134,7 @@ void write_timing(H5Writer& out, const RunTimes& t, const std::vector<double>& i
   out.set_attr("/timing", "inference_seconds", t.inference);
   out.set_attr("/timing", "model_seconds_all_ranks", t.model_total);
   out.set_attr("/timing", "allreduce_seconds", t.allreduce);
+  out.set_attr("/timing", "resumed_items", static_cast<std::int64_t>(t.resumed_items));
   out.write("/timing/feature_seconds", item_seconds);
   const double s = t.inference > 0 ? t.inference : 1e-9;
   out.set_attr("/metrics", "samples_per_second", static_cast<double>(samples) / s);
@@ -102,6 +143,11 @@ void write_timing(H5Writer& out, const RunTimes& t, const std::vector<double>& i
 }
 
 std::string checkpoint_sha256(const std::string& dir) {
+  // Runs before the model is loaded (the run's fingerprint): the loader's own message for a bad path.
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    throw InputError(dir, "checkpoint directory does not exist or is not a directory");
+  }
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     const auto name = e.path().filename().string();

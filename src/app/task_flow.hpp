@@ -6,11 +6,15 @@
 //           of a tensor-parallel group get the same shard and run it together);
 //   rank 0: finish() gathers every rank's results, post-processes and writes the result file.
 // Shards and results travel as byte buffers (dist/serialize.hpp) so MPI knows nothing of tasks.
+// Resuming (resume/run_journal.hpp): prepare() leaves out the items an interrupted run finished; run()
+// hands each batch's finished items to a sink (the rank's journal); finish() gets the journaled
+// records as one more gathered buffer.
 #pragma once
 
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -21,6 +25,7 @@
 #include "config/run_spec.hpp"
 #include "device/backend.hpp"
 #include "io/hdf5_file.hpp"
+#include "resume/run_journal.hpp"
 
 namespace evalrun {
 
@@ -30,22 +35,31 @@ double seconds_since(Clock::time_point t0);
 struct RunTimes {
   double prepare = 0, load = 0, inference = 0, model_total = 0;
   double allreduce = 0;  // rank 0's time in tensor-parallel all-reduces
+  std::size_t resumed_items = 0;  // taken from an interrupted run's journal
   Clock::time_point start = Clock::now();
 };
 
 struct PreparedWork {
   std::vector<std::string> shards;  // one per rank
   std::string shared;               // broadcast to every rank ("" when not needed)
-  std::size_t samples = 0, items = 0;
+  std::size_t samples = 0, items = 0;  // items: all of them, done before or not
+  // sha256 over every work item's input and `shared` (all items, also those left out): what the
+  // results depend on besides the config and the model (data set, tokenizer, preprocessing).
+  std::string inputs_sha256;
 };
+
+// Receives the items of each finished batch: (global index, the record that follows the index in the
+// gathered buffer). Empty: not called.
+using ItemSink = std::function<void(const FinishedItems&)>;
 
 class TaskFlow {
  public:
   virtual ~TaskFlow() = default;
-  virtual PreparedWork prepare(const RunSpec& spec, int ranks) = 0;                    // rank 0
+  // `skip`: indices of items already finished (resumed); they get into no shard.
+  virtual PreparedWork prepare(const RunSpec& spec, int ranks, const std::set<std::uint64_t>& skip) = 0;  // rank 0
   virtual void load(const RunSpec& spec, const std::string& shard, const std::string& shared,
                     Provenance& provenance, Communicator* tp) = 0;                       // every rank
-  virtual std::string run(const RunSpec& spec, bool report_progress) = 0;               // every rank
+  virtual std::string run(const RunSpec& spec, bool report_progress, const ItemSink& sink) = 0;  // every rank
   virtual void finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
                       Provenance provenance) = 0;                                        // rank 0
 
@@ -103,6 +117,24 @@ std::string no_results();
 // would calibrate and quantize only its part of a layer, with other scales than a tp = 1 run).
 void refuse_direct_with_tp(const RunSpec& spec);
 
+
+// Builds one rank's result buffer in that layout, handing each batch's records to a sink as well.
+class ResultRecords {
+ public:
+  explicit ResultRecords(ItemSink sink) : sink_(std::move(sink)) {}
+  void add(std::uint64_t index, std::string record) { batch_.emplace_back(index, std::move(record)); }
+  void end_batch();    // the batch's records go to the sink and into the buffer
+  std::string take();  // the buffer: item count, then index + record per item
+ private:
+  ItemSink sink_;
+  FinishedItems batch_;
+  std::string body_;
+  std::uint64_t count_ = 0;
+};
+// The same layout for records finished by an interrupted run.
+std::string records_buffer(const std::map<std::uint64_t, std::string>& records);
+// sha256 over `parts` in order (PreparedWork::inputs_sha256).
+std::string inputs_digest(const std::vector<std::string>& parts);
 // Serializes a scalar list of per-item costs into balanced shards of item positions.
 std::vector<std::vector<std::size_t>> balanced_shards(const std::vector<std::int64_t>& cost, int ranks);
 

@@ -116,4 +116,13 @@ bool is_unicode_white_space(char32_t c) {
 
 bool is_python_space(char32_t c) { return is_unicode_white_space(c) || (c >= 0x1C && c <= 0x1F); }
 
+std::size_t find_invalid_utf8(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const Utf8Char c = decode_utf8_at(text, i);
+    if (!c.valid) return i;
+    i += static_cast<std::size_t>(c.length);
+  }
+  return std::string_view::npos;
+}
+
 }  // namespace evalrun

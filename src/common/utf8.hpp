@@ -25,6 +25,11 @@ Utf8Char decode_utf8_at(std::string_view text, std::size_t i);
 // Appends `c` as UTF-8. `c` is not checked: values from U+10000 up (even past U+10FFFF) take 4 bytes.
 void append_utf8(std::string& out, char32_t c);
 
+// Byte offset of the first byte that is not part of well-formed UTF-8 (as decode_utf8_at walks), or
+// std::string_view::npos when all of `text` is. TOML readers check this first: toml11 3.7 reads past
+// its buffer reporting invalid UTF-8 inside a literal string.
+std::size_t find_invalid_utf8(std::string_view text);
+
 // Python's bytes.decode("utf-8", errors="replace") re-encoded as UTF-8: each maximal ill-formed
 // subpart (the longest prefix of a broken sequence that could still have been valid) -> one U+FFFD.
 std::string utf8_replace_invalid(std::string_view bytes);

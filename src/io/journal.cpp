@@ -20,12 +20,19 @@ namespace {
 constexpr char kMagic[4] = {'E', 'V', 'J', '1'};
 constexpr std::size_t kHeader = 16, kTrailer = 4;
 
-std::array<std::uint32_t, 256> make_crc_table() {
-  std::array<std::uint32_t, 256> t{};
+// Slicing-by-8 tables: t[0] is the usual byte table, t[k][i] the CRC of byte i followed by k zero
+// bytes, so eight bytes take eight lookups and no serial dependency per byte (the bytewise loop ran
+// at about 0.4 GB/s, a sizeable part of a run that journals full logits).
+using CrcTables = std::array<std::array<std::uint32_t, 256>, 8>;
+CrcTables make_crc_tables() {
+  CrcTables t{};
   for (std::uint32_t i = 0; i < 256; ++i) {
     std::uint32_t c = i;
     for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    t[i] = c;
+    t[0][i] = c;
+  }
+  for (std::uint32_t i = 0; i < 256; ++i) {
+    for (std::size_t k = 1; k < 8; ++k) t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xFF];
   }
   return t;
 }
@@ -54,10 +61,17 @@ void write_all(int fd, const std::string& data, const std::string& path) {
 }  // namespace
 
 std::uint32_t crc32(const void* data, std::size_t n, std::uint32_t crc) {
-  static const auto table = make_crc_table();
+  static const CrcTables t = make_crc_tables();
   const auto* p = static_cast<const unsigned char*>(data);
   crc = ~crc;
-  for (std::size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  for (; n >= 8; n -= 8, p += 8) {
+    // little-endian byte order, independent of the host's
+    const std::uint32_t lo = crc ^ (static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
+                                    static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24);
+    crc = t[7][lo & 0xFF] ^ t[6][(lo >> 8) & 0xFF] ^ t[5][(lo >> 16) & 0xFF] ^ t[4][lo >> 24] ^ t[3][p[4]] ^
+          t[2][p[5]] ^ t[1][p[6]] ^ t[0][p[7]];
+  }
+  for (; n > 0; --n, ++p) crc = t[0][(crc ^ *p) & 0xFF] ^ (crc >> 8);
   return ~crc;
 }
 
@@ -116,13 +130,12 @@ JournalWriter::~JournalWriter() {
 }
 
 void JournalWriter::add(std::uint64_t index, const std::string& payload) {
-  std::string rec;
-  put_u64(rec, index);
-  put_u64(rec, payload.size());
-  rec += payload;
-  const std::uint32_t c = crc32(rec.data(), rec.size());
-  for (int i = 0; i < 4; ++i) rec += static_cast<char>((c >> (8 * i)) & 0xFF);
-  pending_ += rec;
+  const std::size_t at = pending_.size();
+  put_u64(pending_, index);
+  put_u64(pending_, payload.size());
+  pending_ += payload;
+  const std::uint32_t c = crc32(pending_.data() + at, pending_.size() - at);
+  for (int i = 0; i < 4; ++i) pending_ += static_cast<char>((c >> (8 * i)) & 0xFF);
 }
 
 void JournalWriter::flush() {

@@ -44,7 +44,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 std::vector<QaItemResult> run_qa_items(RobertaModel& model, const std::vector<EncoderItem>& items,
-                                       const EncoderBatchOptions& options) {
+                                       const EncoderBatchOptions& options, const BatchDone<QaItemResult>& batch_done) {
   std::vector<QaItemResult> results(items.size());
   std::vector<float> start, end;
   std::size_t done = 0;
@@ -64,6 +64,7 @@ std::vector<QaItemResult> run_qa_items(RobertaModel& model, const std::vector<En
       out.end_logits.assign(end.begin() + r * b.seq, end.begin() + r * b.seq + n);
       out.seconds = dt / static_cast<double>(b.rows);
     }
+    if (batch_done) batch_done(results, members);
     done += members.size();
     if (options.progress) options.progress(done, items.size(), total_seconds);
   }
@@ -71,7 +72,8 @@ std::vector<QaItemResult> run_qa_items(RobertaModel& model, const std::vector<En
 }
 
 std::vector<MlmItemResult> run_mlm_items(RobertaModel& model, const std::vector<EncoderItem>& items,
-                                         const EncoderBatchOptions& options) {
+                                         const EncoderBatchOptions& options,
+                                         const BatchDone<MlmItemResult>& batch_done) {
   std::vector<MlmItemResult> results(items.size());
   std::vector<float> logits;
   std::size_t done = 0;
@@ -97,6 +99,7 @@ std::vector<MlmItemResult> run_mlm_items(RobertaModel& model, const std::vector<
       out.seconds = dt / static_cast<double>(b.rows);
       row += n;
     }
+    if (batch_done) batch_done(results, members);
     done += members.size();
     if (options.progress) options.progress(done, items.size(), total_seconds);
   }

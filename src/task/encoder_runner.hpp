@@ -7,6 +7,8 @@
 #include <functional>
 #include <vector>
 
+#include "task/batch_done.hpp"
+
 namespace evalrun {
 
 class RobertaModel;
@@ -38,8 +40,9 @@ struct MlmItemResult {
 };
 
 std::vector<QaItemResult> run_qa_items(RobertaModel& model, const std::vector<EncoderItem>& items,
-                                       const EncoderBatchOptions& options);
+                                       const EncoderBatchOptions& options, const BatchDone<QaItemResult>& batch_done = {});
 std::vector<MlmItemResult> run_mlm_items(RobertaModel& model, const std::vector<EncoderItem>& items,
-                                         const EncoderBatchOptions& options);
+                                         const EncoderBatchOptions& options,
+                                         const BatchDone<MlmItemResult>& batch_done = {});
 
 }  // namespace evalrun

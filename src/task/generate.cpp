@@ -77,7 +77,8 @@ std::vector<GenerationItem> prepare_generation_items(const std::vector<Prompt>& 
 
 std::vector<GenerationResult> run_generation(DecoderModel& model, const std::vector<GenerationItem>& items,
                                              const GenerationOptions& options,
-                                             const std::vector<std::int64_t>& stop_ids, std::int64_t pad_id) {
+                                             const std::vector<std::int64_t>& stop_ids, std::int64_t pad_id,
+                                             const BatchDone<GenerationResult>& batch_done) {
   check_options(options);
   const std::int64_t vocab = model.config().vocab_size;
   std::vector<GenerationResult> results(items.size());
@@ -219,6 +220,7 @@ std::vector<GenerationResult> run_generation(DecoderModel& model, const std::vec
       out.padded_length = padded;
     }
     for (double s : step_seconds) total_seconds += s;
+    if (batch_done) batch_done(results, members);
     done += members.size();
     if (options.progress) options.progress(done, items.size(), total_seconds);
   }

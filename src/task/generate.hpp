@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "io/prompts.hpp"
+#include "task/batch_done.hpp"
 #include "tokenizer/decoder_tokenizer.hpp"
 
 namespace evalrun {
@@ -98,7 +99,8 @@ struct GenerationResult {
 // InputError naming the prompt.
 std::vector<GenerationResult> run_generation(DecoderModel& model, const std::vector<GenerationItem>& items,
                                              const GenerationOptions& options,
-                                             const std::vector<std::int64_t>& stop_ids, std::int64_t pad_id);
+                                             const std::vector<std::int64_t>& stop_ids, std::int64_t pad_id,
+                                             const BatchDone<GenerationResult>& batch_done = {});
 
 // The seed's per-token latency report over one step_seconds list. "next" values leave out the first
 // token (the prefill); with fewer than two tokens they are 0 and the steps -1.

@@ -35,7 +35,8 @@ std::vector<PerplexityWindow> make_perplexity_windows(std::int64_t n_tokens, int
 
 std::vector<WindowScores> score_perplexity_windows(DecoderModel& model, const std::vector<std::int64_t>& tokens,
                                                    const std::vector<PerplexityWindow>& windows,
-                                                   const PerplexityOptions& options) {
+                                                   const PerplexityOptions& options,
+                                                   const BatchDone<WindowScores>& batch_done) {
   if (options.batch_size < 1) throw InputError("perplexity: batch_size", "must be at least 1");
   if (options.keep_logits < -1) throw InputError("perplexity: keep_logits", "must be -1, 0 or k > 0");
   const std::int64_t vocab = model.config().vocab_size;
@@ -61,6 +62,7 @@ std::vector<WindowScores> score_perplexity_windows(DecoderModel& model, const st
     if (windows[i].score_from == windows[i].end) {
       out[i].index = windows[i].index;
       out[i].vocab = vocab;
+      if (batch_done) batch_done(out, {i});
       ++i;
       continue;
     }
@@ -113,6 +115,7 @@ std::vector<WindowScores> score_perplexity_windows(DecoderModel& model, const st
         }
       }
     }
+    if (batch_done) batch_done(out, members);
     i = j;
     if (options.progress) options.progress(i, windows.size(), total_seconds);
   }

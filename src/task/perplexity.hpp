@@ -22,6 +22,8 @@
 #include <functional>
 #include <vector>
 
+#include "task/batch_done.hpp"
+
 namespace evalrun {
 
 class DecoderModel;
@@ -62,7 +64,8 @@ struct WindowScores {
 // 0.. within the window, no padding (a batch only holds windows of one length).
 std::vector<WindowScores> score_perplexity_windows(DecoderModel& model, const std::vector<std::int64_t>& tokens,
                                                    const std::vector<PerplexityWindow>& windows,
-                                                   const PerplexityOptions& options);
+                                                   const PerplexityOptions& options,
+                                                   const BatchDone<WindowScores>& batch_done = {});
 
 struct PerplexitySummary {
   std::int64_t n_scored = 0;

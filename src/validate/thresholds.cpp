@@ -9,6 +9,8 @@
 #include <stdexcept>
 
 #include "common/errors.hpp"
+#include "common/text.hpp"
+#include "common/utf8.hpp"
 
 namespace evalrun {
 
@@ -79,6 +81,14 @@ std::string keys_of(const std::string& task) {
 Thresholds Thresholds::load(const std::string& path) {
   if (!std::filesystem::is_regular_file(path)) throw InputError(path, "thresholds file not found");
   toml::value root;
+  {
+    // toml11 3.7 reads past its buffer reporting invalid UTF-8 in a literal string: check first.
+    const std::string text = read_file(path);
+    if (const std::size_t bad = find_invalid_utf8(text); bad != std::string::npos) {
+      const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n');
+      throw InputError(path + ":" + std::to_string(line), "not valid UTF-8; TOML files must be UTF-8");
+    }
+  }
   try {
     root = toml::parse(path);
   } catch (const toml::syntax_error& e) {

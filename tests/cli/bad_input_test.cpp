@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "io/hdf5_file.hpp"
+#include "io/journal.hpp"
 #include "process_util.hpp"
 #include "test_util.hpp"
 
@@ -366,6 +367,39 @@ std::vector<Case> cases() {
                                         "[validation]\ngolden = \"" + (d / "gold.h5").string() + "\"\n");
        },
        {"gold.h5"}},
+      // --- the run journal (--resume) -----------------------------------------------------------------
+      {"journal: damaged fingerprint with --resume",
+       [&](P d) {
+         fs::create_directories(d / "out.h5.journal");
+         spit(d / "out.h5.journal" / "fingerprint.json", "{\"format\": 1, \"run_id\": ");
+         return BadInput::config(d, qa(d)) + " --set output.path=" + (d / "out.h5").string() + " --resume";
+       },
+       {"out.h5.journal/fingerprint.json", "remove the directory"}},
+      {"journal: finished items of an interrupted run, no --resume",
+       [&](P d) {
+         fs::create_directories(d / "out.h5.journal");
+         spit(d / "out.h5.journal" / "fingerprint.json",
+              "{\"format\": 1, \"run_id\": \"00000000000000ab\", \"model_sha256\": \"m\", \"inputs_sha256\": \"i\", "
+              "\"config\": {}}");
+         evalrun::JournalWriter((d / "out.h5.journal" / "00000000000000ab.rank0.evj").string()).add(0, "x");
+         return BadInput::config(d, qa(d)) + " --set output.path=" + (d / "out.h5").string();
+       },
+       {"out.h5.journal", "1 finished work items", "--resume"}},
+      {"journal: another run's journal with --resume",
+       [&](P d) {
+         fs::create_directories(d / "out.h5.journal");
+         spit(d / "out.h5.journal" / "fingerprint.json",
+              "{\"format\": 1, \"run_id\": \"00000000000000ab\", \"model_sha256\": \"m\", \"inputs_sha256\": \"i\", "
+              "\"config\": {\"task.kind\": \"\\\"mlm\\\"\"}}");
+         return BadInput::config(d, qa(d)) + " --set output.path=" + (d / "out.h5").string() + " --resume";
+       },
+       {"fingerprint.json", "cannot resume", "task.kind = \"qa\" (was \"mlm\")", "the model's config.json or weights"}},
+      {"config: model directory missing, tokenizer elsewhere",
+       [&](P d) {
+         return BadInput::config(d, qa(d)) + " --set model.tokenizer=" + (d / "qa").string() + " --set model.path=" +
+                (d / "no-model").string();
+       },
+       {"no-model", "does not exist"}},
       // --- reference files (compare) ----------------------------------------------------------------
       {"reference: not HDF5",
        [&](P d) {

@@ -102,6 +102,15 @@ TEST(Utf8, CodePointStartsAreStrIndices) {
             (std::vector<std::size_t>{0, 1, 3, 6, 10, 11}));
 }
 
+TEST(Utf8, FindInvalidGivesTheFirstIllFormedByte) {
+  EXPECT_EQ(find_invalid_utf8(""), std::string_view::npos);
+  EXPECT_EQ(find_invalid_utf8("caf\xc3\xa9 \xf0\x9f\x98\x80"), std::string_view::npos);
+  EXPECT_EQ(find_invalid_utf8("ab\xff"), 2u);
+  EXPECT_EQ(find_invalid_utf8("\xc3\xa9\xc3"), 2u);          // truncated sequence at the end
+  EXPECT_EQ(find_invalid_utf8("a\xed\xa0\x80"), 1u);         // a surrogate
+  EXPECT_EQ(find_invalid_utf8("\xc0\xaf"), 0u);               // overlong '/'
+}
+
 TEST(Utf8, PythonSpaceIsStrIsspace) {
   // [hex(c) for c in range(0x110000) if chr(c).isspace()] in Python 3.11.
   const std::set<char32_t> python = {0x9,    0xA,    0xB,    0xC,    0xD,    0x1C,   0x1D,   0x1E,

@@ -604,6 +604,19 @@ TEST(ConfigOverride, InvalidUtf8ValueIsRefused) {
   EXPECT_EQ(parse_run_spec(a.config_text, "again.toml").output.path, a.output.path);
 }
 
+// Found by fuzz/config_fuzz.cpp: invalid UTF-8 inside a TOML literal string made toml11 3.7 read past
+// its buffer (ASan heap-buffer-overflow) on the way to its own error; the text is now checked first.
+TEST(ConfigSyntax, InvalidUtf8NamesTheLine) {
+  // kQa has 7 lines; "[output]" is line 8, the bad line 9.
+  for (const std::string bad : {"path = '''a\xff'''\n", "path = 'a\xff'\n", "path = \"a\xc3\"\n", "# \xe2\x82\n"}) {
+    const std::string m = error_of(kQa + "[output]\n" + bad);
+    EXPECT_HAS(m, "cfg.toml:9");
+    EXPECT_HAS(m, "not valid UTF-8");
+  }
+  // UTF-8 text is fine, in comments and strings.
+  EXPECT_NO_THROW(parse_run_spec("# caf\xc3\xa9\n" + kQa + "[output]\npath = 'r\xc3\xa9sultat.h5'\n", "cfg.toml"));
+}
+
 // ---- config_text round trip ---------------------------------------------------------------------
 
 TEST(ConfigText, FullConfigReparsesToSameSpec) {

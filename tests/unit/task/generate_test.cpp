@@ -125,6 +125,35 @@ TEST_F(TinyLlama, BatchSizeAndPaddingDoNotChangeTokensOrLogits) {
   }
 }
 
+// The per-batch report (what the run journal records as the run goes): every item exactly once, and
+// what it shows of an item when its batch ends is its final result.
+TEST_F(TinyLlama, BatchDoneReportsEveryItemOnceWithItsFinalResult) {
+  const auto its = items();
+  std::vector<int> reported(its.size(), 0);
+  std::vector<GenerationResult> seen(its.size());
+  int calls = 0;
+  auto o = full_run(3);
+  o.no_early_termination = false;
+  const auto out = run_generation(*model_, its, o, {2}, 1,
+                                  [&](const std::vector<GenerationResult>& results, const std::vector<std::size_t>& done) {
+                                    ++calls;
+                                    EXPECT_LE(done.size(), 3u);
+                                    for (std::size_t i : done) {
+                                      ++reported[i];
+                                      seen[i] = results[i];
+                                    }
+                                  });
+  EXPECT_EQ(calls, 3);  // 8 items in batches of 3
+  for (std::size_t i = 0; i < its.size(); ++i) {
+    EXPECT_EQ(reported[i], 1) << i;
+    EXPECT_EQ(seen[i].index, its[i].index);
+    EXPECT_EQ(seen[i].generated_ids, out[i].generated_ids) << i;
+    EXPECT_EQ(seen[i].step_logits, out[i].step_logits) << i;
+    EXPECT_EQ(seen[i].step_seconds, out[i].step_seconds) << i;
+    EXPECT_FALSE(seen[i].generated_ids.empty());
+  }
+}
+
 TEST_F(TinyLlama, StopsAtAStopIdPerSequenceUnlessNoEarlyTermination) {
   const auto its = items();
   const auto ref = run(its, full_run(1));

@@ -212,6 +212,36 @@ TEST_F(TinyLlamaPerplexity, BatchingAndKeptLogitsAgree) {
   }
 }
 
+// The per-batch report (what the run journal records): every window exactly once, a 1-token last
+// window too, each with its final scores.
+TEST_F(TinyLlamaPerplexity, BatchDoneReportsEveryWindowOnceWithItsFinalScores) {
+  // 71 tokens, windows of 10 with stride 10: the last window holds one token and scores nothing.
+  const auto windows = make_perplexity_windows(static_cast<std::int64_t>(tokens_->size()), 10, 10);
+  ASSERT_EQ(windows.back().end - windows.back().begin, 1);
+  PerplexityOptions o;
+  o.context_length = 10;
+  o.batch_size = 3;
+  o.keep_logits = 2;
+  std::vector<int> reported(windows.size(), 0);
+  std::vector<WindowScores> seen(windows.size());
+  const auto out = score_perplexity_windows(*model_, *tokens_, windows, o,
+                                            [&](const std::vector<WindowScores>& s, const std::vector<std::size_t>& done) {
+                                              for (std::size_t i : done) {
+                                                ++reported[i];
+                                                seen[i] = s[i];
+                                              }
+                                            });
+  for (std::size_t i = 0; i < windows.size(); ++i) {
+    EXPECT_EQ(reported[i], 1) << i;
+    EXPECT_EQ(seen[i].index, windows[i].index);
+    EXPECT_EQ(seen[i].positions, out[i].positions) << i;
+    EXPECT_EQ(seen[i].log_probs, out[i].log_probs) << i;
+    EXPECT_EQ(seen[i].topk_ids, out[i].topk_ids) << i;
+  }
+  EXPECT_TRUE(seen.back().positions.empty());
+  EXPECT_FALSE(seen.front().positions.empty());
+}
+
 TEST(PerplexityStories, WikiTextPieceIsFiniteAndAboveOne) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const std::string dir = data + "/models/stories260K";

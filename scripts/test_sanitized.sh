@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Builds the library unit tests with AddressSanitizer + UndefinedBehaviorSanitizer
+# (-DEVALRUN_SANITIZE=address,undefined, the default compiler) in build-asan/ and runs them:
+# `ctest -L library` = every test under tests/unit/ plus the replay of each fuzz target's committed
+# corpus (tests/fuzz). Extra arguments go to ctest.
+#
+# Left out: the tests that run the evalrun binary (tests/cli, tests/mpi, tests/e2e, labelled "unit"
+# too): most start it under mpirun, whose launcher and helper processes would all run with ASan's
+# runtime and options, slowly and noisily, for code the library tests already cover.
+# Any ASan or UBSan report fails the test (abort_on_error / halt_on_error). Leak checking is on;
+# scripts/sanitizer/lsan.supp is where suppressions for third-party libraries would go (none needed so
+# far). With EVALRUN_DATA_DIR set, the tests on the shared data run too.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${EVALRUN_ASAN_BUILD_DIR:-$root/build-asan}
+jobs=${EVALRUN_JOBS:-2}
+
+export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1"
+export LSAN_OPTIONS="suppressions=$root/scripts/sanitizer/lsan.supp:print_suppressions=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:abort_on_error=1"
+# The build runs the test binaries too (gtest test discovery), so the options apply from here on.
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEVALRUN_SANITIZE=address,undefined \
+  -DEVALRUN_WERROR=OFF >/dev/null
+cmake --build "$build" -j"$jobs" --target library_tests
+cd "$build"
+ctest -L library --output-on-failure -j"$jobs" --timeout 900 "$@"

@@ -1,0 +1,267 @@
+// `evalrun run --resume` through the real binary on 2 ranks, for every task: a run is killed with
+// SIGKILL once its journal holds finished items, the resumed run computes only the rest, and its result
+// file equals an uninterrupted run's (same predictions and tokens, logits within 1e-5; timing aside).
+// A changed config or model is refused (exit 2) naming what changed, and so is a run without --resume.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <regex>
+#include <sstream>
+
+#include "io/hdf5_file.hpp"
+#include "io/journal.hpp"
+#include "process_util.hpp"
+#include "test_util.hpp"
+
+namespace fs = std::filesystem;
+using namespace evalrun;
+using namespace evalrun::testing;
+
+namespace {
+
+const std::string kBin = EVALRUN_BIN;
+
+#define EXPECT_HAS(text, part)                               \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) \
+      << "output: " << (text) << "\n   lacks: " << (part)
+
+std::string text_of(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+template <class T>
+void expect_close(const std::vector<T>& a, const std::vector<T>& b, double tol, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  ASSERT_FALSE(a.empty()) << what;
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::isinf(a[i]) && a[i] == b[i]) continue;  // top-k padding
+    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i])));
+  }
+  EXPECT_LE(worst, tol) << what;
+}
+
+class Resume : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = make_temp_dir("evalrun-resume");
+    for (const auto& [args, name] : std::vector<std::pair<std::string, std::string>>{
+             {"--preset tiny-llama --seed 2", "llama"},
+             {"--preset tiny-llama --seed 3", "llama-other"},
+             {"--head qa --preset tiny --seed 7", "qa-model"},
+             {"--head mlm --preset tiny --seed 7", "mlm-model"}}) {
+      auto r = run_process(kBin + " make-model " + args + " --out " + (dir_ / name).string());
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+    }
+    // Data sets large enough that a tiny model needs a few seconds on 2 ranks.
+    std::mt19937 rng(1);
+    const std::vector<std::string> words = {"the", "river", "rose", "slowly", "through", "night", "and", "fields",
+                                            "were", "under", "water", "while", "people", "watched", "from", "hills"};
+    auto sentence = [&](int n) {
+      std::string s;
+      for (int i = 0; i < n; ++i) s += (i ? " " : "") + words[rng() % words.size()];
+      return s;
+    };
+    {
+      std::ofstream f(dir_ / "prompts.jsonl");
+      for (int i = 0; i < 1500; ++i) f << "{\"id\": \"p" << i << "\", \"prompt\": \"" << sentence(3 + i % 9) << "\"}\n";
+    }
+    {
+      std::ofstream f(dir_ / "squad.json");
+      f << "{\"version\": \"1.1\", \"data\": [";
+      for (int a = 0; a < 40; ++a) {
+        const std::string context = sentence(400);
+        f << (a ? "," : "") << "{\"title\": \"t" << a << "\", \"paragraphs\": [{\"context\": \"" << context
+          << "\", \"qas\": [";
+        for (int q = 0; q < 5; ++q) {
+          f << (q ? "," : "") << "{\"id\": \"q" << a << "_" << q << "\", \"question\": \"what did the "
+            << words[rng() % words.size()] << " do?\", \"answers\": [{\"text\": \"" << context.substr(0, 3)
+            << "\", \"answer_start\": 0}]}";
+        }
+        f << "]}]}";
+      }
+      f << "]}\n";
+    }
+    {
+      std::ofstream f(dir_ / "mlm.jsonl");
+      for (int i = 0; i < 4000; ++i) {
+        f << "{\"id\": \"s" << i << "\", \"text\": \"" << sentence(5 + i % 30) << " <mask> " << sentence(4) << "\"}\n";
+      }
+    }
+    {
+      std::ofstream f(dir_ / "corpus.txt");
+      for (int i = 0; i < 2000; ++i) f << sentence(12) << ".\n";
+    }
+    fs::copy(dir_ / "llama", dir_ / "model", fs::copy_options::recursive);  // the generate run's model
+    write_config("generate.toml", "generate", dir_ / "model",
+                 "dataset = \"" + (dir_ / "prompts.jsonl").string() +
+                     "\"\nmax_new_tokens = 32\nbatch_size = 2\n[output]\nlogits = \"topk\"\ntop_k = 5\n");
+    write_config("qa.toml", "qa", dir_ / "qa-model",
+                 "dataset = \"" + (dir_ / "squad.json").string() + "\"\nmax_seq_length = 128\ndoc_stride = 64\nbatch_size = 2\n");
+    write_config("mlm.toml", "mlm", dir_ / "mlm-model",
+                 "dataset = \"" + (dir_ / "mlm.jsonl").string() +
+                     "\"\nbatch_size = 2\n[output]\nlogits = \"topk\"\ntop_k = 5\n");
+    write_config("perplexity.toml", "perplexity", dir_ / "llama",
+                 "dataset = \"" + (dir_ / "corpus.txt").string() + "\"\ncontext_length = 32\nstride = 16\nbatch_size = 2\n");
+    // The same run with the model split over the 2 ranks (tensor parallel): one group, whose first
+    // rank journals.
+    write_config("perplexity_tp.toml", "perplexity", dir_ / "llama",
+                 "dataset = \"" + (dir_ / "corpus.txt").string() +
+                     "\"\ncontext_length = 32\nstride = 16\nbatch_size = 2\n[parallel]\ntensor_parallel = 2\n");
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+
+  static void write_config(const std::string& name, const std::string& kind, const fs::path& model,
+                           const std::string& task_rest) {
+    std::ofstream(dir_ / name) << "[run]\nname = \"" << kind << "\"\nthreads = 1\n[model]\npath = \"" << model.string()
+                               << "\"\n[task]\nkind = \"" << kind << "\"\n" << task_rest;
+  }
+
+  static std::string run_cmd(const std::string& config, const std::string& out, const std::string& extra = "") {
+    return kBin + " " + (dir_ / config).string() + " --set output.path=" + quote((dir_ / out).string()) + " " + extra;
+  }
+
+  static std::size_t journaled_items(const std::string& out) {
+    const fs::path j = dir_ / (out + ".journal");
+    std::size_t n = 0;
+    if (!fs::exists(j)) return 0;
+    for (const auto& e : fs::directory_iterator(j)) {
+      if (e.path().extension() == ".evj") n += read_journal(e.path().string()).items.size();
+    }
+    return n;
+  }
+
+  // Starts the run on 2 ranks and kills one rank with SIGKILL as soon as a journal file holds a
+  // finished item. Returns the number of items journaled.
+  static std::size_t interrupted_run(const std::string& config, const std::string& out, std::size_t total) {
+    const fs::path log = dir_ / (out + ".killed.log");
+    const std::string journal = (dir_ / (out + ".journal")).string();
+    const std::string script =
+        "mpirun --allow-run-as-root --oversubscribe --bind-to none -n 2 " + run_cmd(config, out) + " > " +
+        log.string() + " 2>&1 & mp=$!; "
+        "for i in $(seq 1 1200); do [ -n \"$(find " + journal + " -name '*.evj' -size +4c 2>/dev/null)\" ] && break; "
+        "sleep 0.05; done; "
+        "kill -9 $(pgrep -P $mp | tail -1); wait $mp; echo \"exit=$?\"";
+    const auto r = run_process("timeout 300 bash -c " + quote(script));
+    EXPECT_EQ(r.output.find("exit=0"), std::string::npos) << r.output << text_of(log);
+    EXPECT_EQ(text_of(log).find("wrote"), std::string::npos) << "the run finished before the kill\n" << text_of(log);
+    EXPECT_FALSE(fs::exists(dir_ / out)) << "an interrupted run wrote a result file";
+    const std::size_t n = journaled_items(out);
+    EXPECT_GT(n, 0u) << text_of(log);
+    EXPECT_LT(n, total) << text_of(log);
+    return n;
+  }
+
+  // Uninterrupted reference run, interrupted run, resumed run (with another batch size); returns the
+  // reference and resumed files, after checking what the resumed run skipped. `between` runs after
+  // the interruption. The work item count comes from the reference run's log.
+  static std::pair<std::string, std::string> kill_and_resume(const std::string& config,
+                                                             const std::function<void(const std::string&)>& between = {}) {
+    const std::string base = fs::path(config).stem().string();
+    auto r = run_process(mpirun(2) + run_cmd(config, base + "-ref.h5"));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_FALSE(fs::exists(dir_ / (base + "-ref.h5.journal"))) << "a finished run leaves no journal";
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(r.output, m, std::regex("-> ([0-9]+) work items"))) << r.output;
+    const std::size_t total = m.empty() ? 0 : std::stoul(m[1].str());
+    EXPECT_GT(total, 1000u) << "too little work to interrupt";
+    const std::string out = base + ".h5";
+    const std::size_t done = interrupted_run(config, out, total);
+    std::printf("%s: %zu of %zu work items journaled when a rank was killed\n", base.c_str(), done, total);
+    if (between) between(out);
+    EXPECT_EQ(journaled_items(out), done) << "refused runs must leave the journal alone";
+    r = run_process(mpirun(2) + run_cmd(config, out, "--resume --set task.batch_size=3"));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_HAS(r.output, "resuming: " + std::to_string(done) + " work items done before, " +
+                             std::to_string(total - done) + " to run");
+    EXPECT_FALSE(fs::exists(dir_ / (out + ".journal"))) << "the journal outlived a finished run";
+    H5Reader ref((dir_ / (base + "-ref.h5")).string()), got((dir_ / out).string());
+    EXPECT_EQ(ref.attr_int("/timing", "resumed_items"), 0);
+    EXPECT_EQ(got.attr_int("/timing", "resumed_items"), static_cast<std::int64_t>(done));
+    return {ref.path(), got.path()};
+  }
+
+  static inline fs::path dir_;
+};
+
+}  // namespace
+
+TEST_F(Resume, GenerateKilledRankResumesToTheSameFileAndChangesAreRefused) {
+  const auto [ref_path, got_path] = kill_and_resume("generate.toml", [](const std::string& out) {
+    // Without --resume: refused, the journal kept.
+    auto r = run_process(mpirun(2) + run_cmd("generate.toml", out));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_HAS(r.output, out + ".journal: an interrupted run of this output left");
+    EXPECT_HAS(r.output, "add --resume");
+    // A changed config key.
+    r = run_process(mpirun(2) + run_cmd("generate.toml", out, "--resume --set task.max_new_tokens=31"));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_HAS(r.output, "cannot resume: the run changed since it was interrupted: task.max_new_tokens = 31 (was 32)");
+    // Other weights at the same model path.
+    fs::rename(dir_ / "model", dir_ / "model-saved");
+    fs::copy(dir_ / "llama-other", dir_ / "model", fs::copy_options::recursive);
+    r = run_process(mpirun(2) + run_cmd("generate.toml", out, "--resume"));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_HAS(r.output, "interrupted: the model's config.json or weights (sha256 ");  // the only change
+    fs::remove_all(dir_ / "model");
+    fs::rename(dir_ / "model-saved", dir_ / "model");
+    EXPECT_FALSE(fs::exists(dir_ / out)) << "a refused run wrote a result file";
+  });
+  H5Reader a(ref_path), b(got_path);
+  EXPECT_EQ(a.read_strings("/samples/id"), b.read_strings("/samples/id"));
+  EXPECT_EQ(a.read_ragged_i64("/generated/ids"), b.read_ragged_i64("/generated/ids"));
+  EXPECT_EQ(a.read_strings("/generated/text"), b.read_strings("/generated/text"));
+  EXPECT_EQ(a.read_i64("/generated/stopped"), b.read_i64("/generated/stopped"));
+  EXPECT_EQ(a.read_i64("/logits/topk/indices"), b.read_i64("/logits/topk/indices"));
+  expect_close(a.read_f32("/logits/topk/values"), b.read_f32("/logits/topk/values"), 1e-5, "topk values");
+  EXPECT_EQ(a.attr_int("/metrics", "generated_tokens"), b.attr_int("/metrics", "generated_tokens"));
+}
+
+TEST_F(Resume, QaFeaturesResumeAndPostProcessingSeesThemAll) {
+  // 200 questions on 40 long contexts: several features (work items) per question.
+  const auto [ref_path, got_path] = kill_and_resume("qa.toml");
+  H5Reader a(ref_path), b(got_path);
+  EXPECT_EQ(a.read_u64("/features/example_index"), b.read_u64("/features/example_index"));
+  EXPECT_EQ(a.read_i64("/features/input_ids/values"), b.read_i64("/features/input_ids/values"));
+  EXPECT_EQ(a.read_strings("/predictions/text"), b.read_strings("/predictions/text"));
+  EXPECT_EQ(a.read_strings("/predictions/nbest/text"), b.read_strings("/predictions/nbest/text"));
+  EXPECT_EQ(a.read_i64("/predictions/nbest/feature"), b.read_i64("/predictions/nbest/feature"));
+  expect_close(a.read_f32("/logits/start_logits/values"), b.read_f32("/logits/start_logits/values"), 1e-5, "start");
+  expect_close(a.read_f32("/logits/end_logits/values"), b.read_f32("/logits/end_logits/values"), 1e-5, "end");
+  EXPECT_DOUBLE_EQ(a.attr_double("/metrics", "f1"), b.attr_double("/metrics", "f1"));
+}
+
+TEST_F(Resume, MlmResumesToTheSameFile) {
+  const auto [ref_path, got_path] = kill_and_resume("mlm.toml");
+  H5Reader a(ref_path), b(got_path);
+  EXPECT_EQ(a.read_i64("/predictions/token_ids"), b.read_i64("/predictions/token_ids"));
+  EXPECT_EQ(a.read_strings("/predictions/filled_text"), b.read_strings("/predictions/filled_text"));
+  EXPECT_EQ(a.read_i64("/logits/topk/indices"), b.read_i64("/logits/topk/indices"));
+  expect_close(a.read_f32("/logits/topk/values"), b.read_f32("/logits/topk/values"), 1e-5, "topk values");
+  expect_close(a.read_f64("/logits/logsumexp"), b.read_f64("/logits/logsumexp"), 1e-5, "logsumexp");
+}
+
+TEST_F(Resume, PerplexityResumesToTheSameFile) {
+  const auto [ref_path, got_path] = kill_and_resume("perplexity.toml");
+  H5Reader a(ref_path), b(got_path);
+  EXPECT_EQ(a.read_i64("/scores/position"), b.read_i64("/scores/position"));
+  expect_close(a.read_f64("/scores/log_prob"), b.read_f64("/scores/log_prob"), 1e-5, "log_prob");
+  EXPECT_NEAR(a.attr_double("/metrics", "perplexity"), b.attr_double("/metrics", "perplexity"),
+              1e-6 * a.attr_double("/metrics", "perplexity"));
+}
+
+TEST_F(Resume, TensorParallelRunResumesToTheSameFile) {
+  const auto [ref_path, got_path] = kill_and_resume("perplexity_tp.toml");
+  H5Reader a(ref_path), b(got_path);
+  EXPECT_EQ(b.attr_int("/", "tensor_parallel"), 2);
+  EXPECT_EQ(a.read_i64("/scores/position"), b.read_i64("/scores/position"));
+  expect_close(a.read_f64("/scores/log_prob"), b.read_f64("/scores/log_prob"), 1e-5, "log_prob");
+}
