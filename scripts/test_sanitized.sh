@@ -4,12 +4,12 @@
 # `ctest -L library` = every test under tests/unit/ plus the replay of each fuzz target's committed
 # corpus (tests/fuzz). Extra arguments go to ctest.
 #
-# Left out: the tests that run the evalrun binary (tests/cli, tests/mpi, tests/e2e, labelled "unit"
-# too): most start it under mpirun, whose launcher and helper processes would all run with ASan's
-# runtime and options, slowly and noisily, for code the library tests already cover.
+# That includes tests/unit/quant's evalrun_int8_cli_test, which runs the sanitized evalrun binary
+# (also under mpirun -n 2). Left out: the other tests that run the binary (tests/cli, tests/mpi,
+# tests/e2e, labelled "unit" too), to keep the time in bounds (README: Fuzzing and sanitizers).
 # Any ASan or UBSan report fails the test (abort_on_error / halt_on_error). Leak checking is on;
-# scripts/sanitizer/lsan.supp is where suppressions for third-party libraries would go (none needed so
-# far). With EVALRUN_DATA_DIR set, the tests on the shared data run too.
+# scripts/sanitizer/lsan.supp suppresses Open MPI's process-lifetime allocations (the reasons are in
+# the file). With EVALRUN_DATA_DIR set, the tests on the shared data run too.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${EVALRUN_ASAN_BUILD_DIR:-$root/build-asan}
