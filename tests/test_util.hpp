@@ -3,10 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <unistd.h>
+#include <vector>
 
 namespace evalrun::testing {
 
@@ -29,6 +32,14 @@ inline std::filesystem::path make_temp_dir(const std::string& prefix) {
     auto p = base / (prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(i));
     if (std::filesystem::create_directory(p)) return p;
   }
+}
+
+// Largest |a[i] - b[i]| (a size mismatch fails the test and compares the common prefix).
+inline float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float worst = 0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  return worst;
 }
 
 }  // namespace evalrun::testing

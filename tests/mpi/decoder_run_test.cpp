@@ -54,13 +54,6 @@ class DecoderRun : public ::testing::Test {
   static inline fs::path dir_;
 };
 
-float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  float worst = 0;
-  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
-  return worst;
-}
-
 void expect_same_generation(const std::string& ref, const std::vector<std::string>& others) {
   H5Reader a(ref);
   ASSERT_EQ(a.read_strings("/samples/id").size(), 5u);

@@ -61,13 +61,6 @@ class DeviceRun : public ::testing::Test {
   static inline fs::path dir_;
 };
 
-float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  float worst = 0;
-  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
-  return worst;
-}
-
 void expect_plugin_did_the_work(const fs::path& trace_dir, const std::map<std::string, std::string>& r0,
                                 const std::map<std::string, std::string>& r1) {
   for (const auto* t : {&r0, &r1}) {

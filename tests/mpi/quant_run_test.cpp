@@ -43,13 +43,6 @@ class QuantRun : public ::testing::Test {
   static inline fs::path dir_;
 };
 
-float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  float worst = 0;
-  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
-  return worst;
-}
-
 void expect_same_generation(const std::string& ref, const std::string& other) {
   H5Reader a(ref), b(other);
   EXPECT_EQ(a.read_i64("/generated/ids/values"), b.read_i64("/generated/ids/values")) << other;

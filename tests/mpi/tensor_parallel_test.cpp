@@ -83,13 +83,6 @@ class TensorParallel : public ::testing::Test {
   static inline int counter_ = 0;
 };
 
-float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  float worst = 0;
-  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
-  return worst;
-}
-
 void expect_same_generation(const std::string& ref, const std::string& other, float tol) {
   H5Reader a(ref), b(other);
   ASSERT_EQ(a.read_strings("/samples/id").size(), 5u);
