@@ -8,7 +8,7 @@
 // page faults per forward after the warm-up (the buffers should be reused: near 0), for INT8 the
 // speed-up over fp32 measured in the same run and the integer GEMM implementation, and with
 // EVALRUN_PROFILE=1 the time spent in the linear layers (split into INT8 quantize / GEMM / dequantize
-// is not measured here; see README) against the rest of the forward pass.
+// is not measured here; see docs/building-and-testing.md, "Benchmark") against the rest of the forward pass.
 #include <sys/resource.h>
 
 #include <chrono>

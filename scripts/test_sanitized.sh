@@ -6,7 +6,7 @@
 #
 # That includes tests/unit/quant's evalrun_int8_cli_test, which runs the sanitized evalrun binary
 # (also under mpirun -n 2). Left out: the other tests that run the binary (tests/cli, tests/mpi,
-# tests/e2e, labelled "unit" too), to keep the time in bounds (README: Fuzzing and sanitizers).
+# tests/e2e), to keep the time in bounds (docs/building-and-testing.md, "Fuzzing and sanitizers").
 # Any ASan or UBSan report fails the test (abort_on_error / halt_on_error). Leak checking is on;
 # scripts/sanitizer/lsan.supp suppresses Open MPI's process-lifetime allocations (the reasons are in
 # the file). With EVALRUN_DATA_DIR set, the tests on the shared data run too.
