@@ -130,7 +130,7 @@ const std::vector<KeySpec>& key_specs() {
        .help = "compute precision of the weights and activations",
        .apply = [](RunSpec& r, const Scalar& v) { r.model.dtype = static_cast<DType>(v.choice); }},
       {.section = "model", .key = "device", .kind = Kind::enumeration, .choices = {"cpu", "cuda", "aiu"}, .default_note = "\"cpu\"",
-       .help = "where the projections run: the host (cpu), cuda:<local rank> (a build with CUDA), or an AIU through its backend plugin (README \"Devices\")",
+       .help = "where the projections run: the host (cpu), cuda:<local rank> (a build with CUDA), or an AIU through its backend plugin (docs/devices.md)",
        .apply = [](RunSpec& r, const Scalar& v) { r.model.device = static_cast<Device>(v.choice); }},
       // [task]
       {.section = "task", .key = "kind", .kind = Kind::enumeration, .choices = {"qa", "mlm", "generate", "perplexity"}, .required = true, .default_note = "(required)",
@@ -245,7 +245,7 @@ const std::vector<KeySpec>& key_specs() {
        .apply = [](RunSpec& r, const Scalar& v) { r.validation.golden = v.s; }, .check = check_not_empty},
       // [aiu]
       {.section = "aiu", .key = "plugin", .kind = Kind::string, .default_note = "$EVALRUN_AIU_PLUGIN", .allowed_note = "file",
-       .help = "model.device = \"aiu\" only: the backend plugin (shared library, README \"Devices\") that runs the projections",
+       .help = "model.device = \"aiu\" only: the backend plugin (shared library, docs/devices.md) that runs the projections",
        .apply = [](RunSpec& r, const Scalar& v) { r.aiu.plugin = v.s; }, .check = check_not_empty},
       {.section = "aiu", .key = "vfio_mode", .kind = Kind::enumeration, .choices = {"PF", "VF"}, .default_note = "\"PF\"",
        .help = "model.device = \"aiu\" only: the card as a PCI physical or virtual function (FLEX_DEVICE)",
