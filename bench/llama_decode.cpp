@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "model/llama.hpp"
-#include "model/make_model.hpp"
-#include "model/make_quantized.hpp"
+#include "fixtures/make_model.hpp"
+#include "fixtures/make_quantized.hpp"
 #include "model/roberta.hpp"
 
 namespace {
@@ -68,7 +68,7 @@ struct Timing {
 };
 
 // Prefill `prompt` tokens per row, then `steps` greedy single-token steps; best of `reps`.
-Timing run(evalrun::DecoderModel& model, std::int64_t batch, std::int64_t prompt, std::int64_t steps, int reps) {
+Timing run(evalrun::LlamaModel& model, std::int64_t batch, std::int64_t prompt, std::int64_t steps, int reps) {
   const std::int64_t V = model.config().vocab_size;
   std::vector<std::int64_t> ids(batch * prompt), pos(batch * prompt), mask(batch * (prompt + steps), 1);
   for (std::int64_t i = 0; i < batch * prompt; ++i) {
@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
   for (const Variant& v : {Variant{"fp32", dir, evalrun::DType::fp32}, Variant{"bf16", dir, evalrun::DType::bf16},
                            Variant{"gptq", gptq_dir, evalrun::DType::fp32}, Variant{"fp8", fp8_dir, evalrun::DType::fp32}}) {
     if (!wanted(v.label)) continue;
-    auto model = evalrun::DecoderModel::load(v.dir, v.dtype, evalrun::Device::cpu);
+    auto model = evalrun::LlamaModel::load({v.dir, v.dtype, evalrun::Device::cpu});
     const auto& c = model->config();
     Result res;
     for (const auto& site : model->linear_sites()) res.linear_bytes += static_cast<double>(site.layer->resident_bytes());
@@ -193,8 +193,8 @@ int main(int argc, char** argv) {
   }
 
   if (const char* data = std::getenv("EVALRUN_DATA_DIR"); data != nullptr && *data != '\0') {
-    auto model = evalrun::DecoderModel::load(std::string(data) + "/models/stories260K", evalrun::DType::fp32,
-                                             evalrun::Device::cpu);
+    auto model = evalrun::LlamaModel::load({std::string(data) + "/models/stories260K", evalrun::DType::fp32,
+                                             evalrun::Device::cpu});
     const Timing t = run(*model, 1, 5, 200, 3);
     std::printf("stories260K fp32 batch 1: prefill 5 tokens %.3f ms; decode %.0f tok/s (%.3f ms/step)\n",
                 t.prefill_s * 1e3, 200 / t.decode_s, t.decode_s / 200 * 1e3);

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "model/make_model.hpp"
+#include "fixtures/make_model.hpp"
 #include "model/roberta.hpp"
 #include "ops/gemm.hpp"
 #include "quant/int8.hpp"
@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
     dir = (std::filesystem::temp_directory_path() / "evalrun-bench-roberta-base").string();
     if (!std::filesystem::exists(std::filesystem::path(dir) / "model.safetensors")) {
       std::printf("writing roberta-base preset to %s\n", dir.c_str());
-      evalrun::make_roberta_checkpoint(dir, "roberta-base", evalrun::RobertaHead::question_answering, 0);
+      evalrun::make_roberta_checkpoint(dir, "roberta-base", evalrun::EncoderHead::question_answering, 0);
     }
   }
   evalrun::set_compute_threads(threads);
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
   for (const std::string variant : {"fp32", "bf16", "int8", "int8-static"}) {
     if (!wanted(variant)) continue;
     const auto dtype = variant == "bf16" ? evalrun::DType::bf16 : evalrun::DType::fp32;
-    auto model = evalrun::RobertaModel::load(dir, dtype, evalrun::Device::cpu);
+    auto model = evalrun::RobertaModel::load({dir, dtype, evalrun::Device::cpu});
     if (variant.rfind("int8", 0) == 0) {
       // Direct quantization as a run does it; the static variant calibrates on the benchmark input.
       evalrun::quant::Int8Settings s;

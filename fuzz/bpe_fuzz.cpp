@@ -19,7 +19,7 @@
 #include "fuzz_util.hpp"
 #include "tokenizer/decoder_tokenizer.hpp"
 #include "tokenizer/pretokenize.hpp"
-#include "tokenizer/tiny_bpe.hpp"
+#include "fixtures/tiny_bpe.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 using namespace evalrun;

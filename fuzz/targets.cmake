@@ -6,7 +6,7 @@ set(EVALRUN_FUZZ_LIBS_config evalrun_config)
 set(EVALRUN_FUZZ_LIBS_squad evalrun_io)
 set(EVALRUN_FUZZ_LIBS_prompts evalrun_io)
 set(EVALRUN_FUZZ_LIBS_text_dataset evalrun_io)
-set(EVALRUN_FUZZ_LIBS_bpe evalrun_tokenizer)
+set(EVALRUN_FUZZ_LIBS_bpe evalrun_tokenizer evalrun_fixtures)
 set(EVALRUN_FUZZ_LIBS_sentencepiece evalrun_tokenizer)
 
 # evalrun_fuzz_executable(TARGET NAME [extra sources]): TARGET built from fuzz/NAME_fuzz.cpp.

@@ -16,6 +16,7 @@
 #include "io/hdf5_file.hpp"
 #include "io/prompts.hpp"
 #include "model/llama.hpp"
+#include "model/registry.hpp"
 #include "task/generate.hpp"
 #include "task/perplexity.hpp"
 #include "tokenizer/decoder_tokenizer.hpp"
@@ -192,9 +193,8 @@ class DecoderFlow : public TaskFlow {
       shared = b.get_string();
     }
     if (spec.quantization.direct) require_float_checkpoint(spec);
-    model_ = DecoderModel::load(spec.model.path, spec.model.dtype, spec.model.device,
-                                spec.quantization.direct ? "none" : spec.quantization.method, tp);
-    const auto& cfg = model_->config();
+    model_ = load_causal_lm({spec.model.path, spec.model.dtype, spec.model.device,
+                             spec.quantization.direct ? "none" : spec.quantization.method, tp});
     prov.quantization = model_->quantization();
     if (spec.quantization.direct) {
       quant::Int8Settings settings = direct_int8_settings(spec);
@@ -205,7 +205,7 @@ class DecoderFlow : public TaskFlow {
     }
     put_on_device(*model_, prov);
     prov.weight_bytes = model_->weight_bytes();
-    prov.architecture = cfg.architectures.empty() ? cfg.model_type : cfg.architectures.front();
+    prov.architecture = model_->architecture();
     if (tokenizer_) prov.tokenizer_sha256 = tokenizer_->sha256();
     ByteReader r(shard);
     if (spec.task.kind == TaskKind::generate) {
@@ -218,9 +218,9 @@ class DecoderFlow : public TaskFlow {
         it.prompt_ids = r.get_vector<std::int64_t>();
         it.truncated = r.get<std::uint8_t>() != 0;
         if (r.get<std::uint8_t>() != 0) it.forced_ids = r.get_vector<std::int64_t>();
-        check_ids_in_vocab(it.prompt_ids, cfg.vocab_size, spec.model.path, "prompt '" + it.id + "'");
+        check_ids_in_vocab(it.prompt_ids, model_->vocab_size(), spec.model.path, "prompt '" + it.id + "'");
         if (it.forced_ids) {
-          check_ids_in_vocab(*it.forced_ids, cfg.vocab_size, spec.validation.golden,
+          check_ids_in_vocab(*it.forced_ids, model_->vocab_size(), spec.validation.golden,
                              "golden tokens of prompt '" + it.id + "'");
         }
       }
@@ -228,7 +228,7 @@ class DecoderFlow : public TaskFlow {
       ByteReader s(shared);
       tokens_ = s.get_vector<std::int64_t>();
       context_ = static_cast<int>(s.get<std::int64_t>());
-      check_ids_in_vocab(tokens_, cfg.vocab_size, spec.model.path, spec.task.dataset);
+      check_ids_in_vocab(tokens_, model_->vocab_size(), spec.model.path, spec.task.dataset);
       windows_.resize(r.get<std::uint64_t>());
       for (auto& w : windows_) {
         w.index = r.get<std::uint64_t>();
@@ -629,7 +629,7 @@ class DecoderFlow : public TaskFlow {
   std::vector<std::int64_t> truncated_;
   std::vector<PerplexityWindow> all_windows_;
   // every rank
-  std::unique_ptr<DecoderModel> model_;
+  std::unique_ptr<CausalLM> model_;
   std::vector<GenerationItem> gen_items_;
   std::vector<std::int64_t> stop_ids_;
   std::int64_t pad_id_ = 0;

@@ -1,13 +1,9 @@
 #include "app/direct_quant.hpp"
 
-#include <functional>
-#include <numeric>
-
 #include "common/errors.hpp"
 #include "common/logging.hpp"
 #include "dist/serialize.hpp"
-#include "model/llama.hpp"
-#include "model/roberta.hpp"
+#include "model/model.hpp"
 #include "quant/quant_config.hpp"
 
 namespace evalrun {
@@ -56,12 +52,8 @@ std::string calibration_dataset(const RunSpec& spec) {
   return spec.quantization.calibration_dataset.empty() ? spec.task.dataset : spec.quantization.calibration_dataset;
 }
 
-namespace {
-
-template <typename Model>
-std::vector<quant::QuantizedSite> quantize_model(Model& model, const CalibrationSet& calibration,
-                                                 quant::Int8Settings& settings,
-                                                 const std::function<void(const std::vector<std::int64_t>&)>& run_one) {
+std::vector<quant::QuantizedSite> quantize_int8(Model& model, const CalibrationSet& calibration,
+                                                quant::Int8Settings& settings) {
   const auto sites = model.linear_sites();
   auto replace = [&](std::size_t i, quant::LinearPtr layer) { return model.replace_linear(i, std::move(layer)); };
   auto calibrate = [&] {
@@ -71,7 +63,8 @@ std::vector<quant::QuantizedSite> quantize_model(Model& model, const Calibration
     }
     std::size_t tokens = 0;
     for (const auto& s : calibration.sequences) {
-      run_one(s);
+      // One sequence at a time, unpadded: the statistics do not depend on batch size or padding.
+      model.calibration_pass(s.data(), 1, static_cast<std::int64_t>(s.size()));
       tokens += s.size();
     }
     log().info("int8: calibrated on {} examples of {} ({} sequences, {} tokens)", calibration.examples,
@@ -82,41 +75,9 @@ std::vector<quant::QuantizedSite> quantize_model(Model& model, const Calibration
   return quant::quantize_sites_int8(sites, replace, calibrate, settings);
 }
 
-template <typename Model>
-void install(Model& model, std::vector<quant::QuantizedSite>& sites) {
+void install_int8(Model& model, std::vector<quant::QuantizedSite>& sites) {
   for (std::size_t i = 0; i < sites.size(); ++i) model.replace_linear(i, quant::concat_outputs(std::move(sites[i].parts)));
   sites.clear();
 }
-
-}  // namespace
-
-std::vector<quant::QuantizedSite> quantize_int8(RobertaModel& model, const CalibrationSet& calibration,
-                                                quant::Int8Settings& settings) {
-  std::vector<float> start, end, logits;
-  return quantize_model(model, calibration, settings, [&](const std::vector<std::int64_t>& ids) {
-    const auto n = static_cast<std::int64_t>(ids.size());
-    const std::vector<std::int64_t> mask(ids.size(), 1);
-    if (model.head() == RobertaHead::question_answering) {
-      model.question_answering(ids.data(), mask.data(), 1, n, start, end);
-    } else {
-      model.masked_lm(ids.data(), mask.data(), 1, n, {{0, 0}}, logits);
-    }
-  });
-}
-
-std::vector<quant::QuantizedSite> quantize_int8(DecoderModel& model, const CalibrationSet& calibration,
-                                                quant::Int8Settings& settings) {
-  std::vector<float> logits;
-  return quantize_model(model, calibration, settings, [&](const std::vector<std::int64_t>& ids) {
-    const auto n = static_cast<std::int64_t>(ids.size());
-    std::vector<std::int64_t> positions(ids.size()), mask(ids.size(), 1);
-    std::iota(positions.begin(), positions.end(), 0);
-    auto cache = model.new_cache(1, n);
-    model.forward(ids.data(), positions.data(), mask.data(), 1, n, *cache, false, logits);
-  });
-}
-
-void install_int8(RobertaModel& model, std::vector<quant::QuantizedSite>& sites) { install(model, sites); }
-void install_int8(DecoderModel& model, std::vector<quant::QuantizedSite>& sites) { install(model, sites); }
 
 }  // namespace evalrun

@@ -18,8 +18,7 @@
 
 namespace evalrun {
 
-class RobertaModel;
-class DecoderModel;
+class Model;
 
 struct CalibrationSet {
   std::string dataset;           // as configured ("" when the settings need no calibration)
@@ -44,13 +43,10 @@ CalibrationSet prepare_decoder_calibration(const RunSpec& spec);
 
 // Calibrates (when needed) and quantizes every linear layer of a float model; the returned layers
 // are not installed. `settings` gets the calibration record and the smoothed layers.
-std::vector<quant::QuantizedSite> quantize_int8(RobertaModel& model, const CalibrationSet& calibration,
-                                                quant::Int8Settings& settings);
-std::vector<quant::QuantizedSite> quantize_int8(DecoderModel& model, const CalibrationSet& calibration,
+std::vector<quant::QuantizedSite> quantize_int8(Model& model, const CalibrationSet& calibration,
                                                 quant::Int8Settings& settings);
 
 // Replaces the model's layers with the quantized ones (parts of a site fused, as a loaded checkpoint's).
-void install_int8(RobertaModel& model, std::vector<quant::QuantizedSite>& sites);
-void install_int8(DecoderModel& model, std::vector<quant::QuantizedSite>& sites);
+void install_int8(Model& model, std::vector<quant::QuantizedSite>& sites);
 
 }  // namespace evalrun

@@ -14,7 +14,7 @@
 #include "io/hdf5_file.hpp"
 #include "io/squad.hpp"
 #include "io/text_dataset.hpp"
-#include "model/roberta.hpp"
+#include "model/registry.hpp"
 #include "task/encoder_runner.hpp"
 #include "task/mlm.hpp"
 #include "task/qa_features.hpp"
@@ -139,7 +139,7 @@ void check_ids_fit(const std::vector<EncoderItem>& items, std::int64_t vocab, st
 
 // Runs the shard; each batch's result records go to `sink` (the run journal) as well as into the
 // returned buffer (read back by finish_qa / finish_mlm).
-std::string run_shard(RobertaModel& model, const RunSpec& spec, const std::vector<EncoderItem>& items,
+std::string run_shard(EncoderModel& model, const RunSpec& spec, const std::vector<EncoderItem>& items,
                       std::int64_t pad_id, bool report_progress, const ItemSink& sink) {
   EncoderBatchOptions opt;
   opt.batch_size = spec.task.batch_size;
@@ -161,7 +161,7 @@ std::string run_shard(RobertaModel& model, const RunSpec& spec, const std::vecto
       records.end_batch();
     });
   } else {
-    const std::int64_t vocab = model.config().vocab_size;
+    const std::int64_t vocab = model.vocab_size();
     const bool full = spec.output.logits == LogitsMode::full;
     const int k = std::max(spec.task.top_k, spec.output.logits == LogitsMode::topk ? spec.output.top_k : 0);
     run_mlm_items(model, items, opt, [&](const std::vector<MlmItemResult>& results, const std::vector<std::size_t>& done) {
@@ -470,17 +470,17 @@ class EncoderFlow : public TaskFlow {
     items_ = deserialize_items(shard);
     refuse_direct_with_tp(spec);
     if (spec.quantization.direct) require_float_checkpoint(spec);
-    model_ = RobertaModel::load(spec.model.path, spec.model.dtype, spec.model.device,
-                                spec.quantization.direct ? "none" : spec.quantization.method, tp);
-    const auto want = spec.task.kind == TaskKind::qa ? RobertaHead::question_answering : RobertaHead::masked_lm;
+    model_ = load_encoder({spec.model.path, spec.model.dtype, spec.model.device,
+                           spec.quantization.direct ? "none" : spec.quantization.method, tp});
+    const auto want = spec.task.kind == TaskKind::qa ? EncoderHead::question_answering : EncoderHead::masked_lm;
     if (model_->head() != want) {
       throw InputError(spec.model.path + "/config.json",
                        std::string("the checkpoint's architecture has no head for task.kind = \"") +
                            to_string(spec.task.kind) + "\"");
     }
-    pad_id_ = model_->config().pad_token_id;
-    vocab_ = model_->config().vocab_size;
-    check_ids_fit(items_, vocab_, model_->config().max_sequence_length(), spec.model.path);
+    pad_id_ = model_->pad_token_id();
+    vocab_ = model_->vocab_size();
+    check_ids_fit(items_, vocab_, model_->max_sequence_length(), spec.model.path);
     prov.quantization = model_->quantization();
     if (spec.quantization.direct) {
       quant::Int8Settings settings = direct_int8_settings(spec);
@@ -491,7 +491,7 @@ class EncoderFlow : public TaskFlow {
     }
     put_on_device(*model_, prov);
     prov.weight_bytes = model_->weight_bytes();
-    prov.architecture = model_->config().architectures.empty() ? "" : model_->config().architectures.front();
+    prov.architecture = model_->architecture();
     if (prepared_.tokenizer) prov.tokenizer_sha256 = prepared_.tokenizer->sha256();
   }
 
@@ -514,7 +514,7 @@ class EncoderFlow : public TaskFlow {
  private:
   Prepared prepared_;  // rank 0 only
   std::vector<EncoderItem> items_;
-  std::unique_ptr<RobertaModel> model_;
+  std::unique_ptr<EncoderModel> model_;
   std::int64_t pad_id_ = 1;
   std::int64_t vocab_ = 0;
 };

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "common/errors.hpp"
-#include "model/make_model.hpp"
-#include "model/make_quantized.hpp"
-#include "tokenizer/tiny_bpe.hpp"
+#include "fixtures/make_model.hpp"
+#include "fixtures/make_quantized.hpp"
+#include "fixtures/tiny_bpe.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace evalrun {
@@ -117,7 +117,7 @@ int make_model_command(int argc, char** argv) {
   // The roberta-base preset keeps its real vocabulary size (50265) so its cost is the real model's.
   const std::int64_t vocab = preset == "roberta-base" ? std::max<std::int64_t>(50265, tokenizer.vocab_size())
                                                       : tokenizer.vocab_size();
-  make_roberta_checkpoint(out, preset, head == "qa" ? RobertaHead::question_answering : RobertaHead::masked_lm, seed,
+  make_roberta_checkpoint(out, preset, head == "qa" ? EncoderHead::question_answering : EncoderHead::masked_lm, seed,
                           vocab);
   std::printf("wrote %s: RoBERTa %s (%s head, vocab %lld, seed %llu)\n", out.c_str(), preset.c_str(), head.c_str(),
               static_cast<long long>(vocab), static_cast<unsigned long long>(seed));

@@ -25,9 +25,8 @@
 #include "common/logging.hpp"
 #include "config/config.hpp"
 #include "io/safetensors.hpp"
-#include "model/llama.hpp"
 #include "model/loader_util.hpp"
-#include "model/roberta.hpp"
+#include "model/registry.hpp"
 #include "quant/quant_config.hpp"
 
 namespace evalrun {
@@ -110,17 +109,11 @@ int quantize_command(int argc, char** argv) {
   set_compute_threads(threads);
 
   const bool encoder = spec.task.kind == TaskKind::qa || spec.task.kind == TaskKind::mlm;
+  const CalibrationSet calibration = encoder ? prepare_encoder_calibration(spec) : prepare_decoder_calibration(spec);
+  auto model = load_model({spec.model.path, spec.model.dtype, spec.model.device, "none"},
+                          encoder ? ModelRole::encoder : ModelRole::causal_lm);
   quant::Int8Settings settings = direct_int8_settings(spec);
-  std::vector<quant::QuantizedSite> sites;
-  if (encoder) {
-    const CalibrationSet calibration = prepare_encoder_calibration(spec);
-    auto model = RobertaModel::load(spec.model.path, spec.model.dtype, spec.model.device, "none");
-    sites = quantize_int8(*model, calibration, settings);
-  } else {
-    const CalibrationSet calibration = prepare_decoder_calibration(spec);
-    auto model = DecoderModel::load(spec.model.path, spec.model.dtype, spec.model.device, "none");
-    sites = quantize_int8(*model, calibration, settings);
-  }
+  std::vector<quant::QuantizedSite> sites = quantize_int8(*model, calibration, settings);
 
   const fs::path target = fs::absolute(out);
   const fs::path tmp = target.parent_path() / (target.filename().string() + ".tmp." + std::to_string(::getpid()));

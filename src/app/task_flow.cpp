@@ -12,6 +12,15 @@
 
 namespace evalrun {
 
+void TaskFlow::put_on_device(Model& model, Provenance& provenance) {
+  if (!backend_) throw std::logic_error("TaskFlow: no device backend set");
+  device::take_over_projections(
+      *backend_, model.linear_sites(),
+      [&](std::size_t i, quant::LinearPtr layer) { return model.replace_linear(i, std::move(layer)); },
+      provenance.quantization);
+  provenance.compute_dtype = backend_->compute_dtype(model.compute_dtype());
+}
+
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 void Progress::operator()(std::size_t done, std::size_t total, double) {

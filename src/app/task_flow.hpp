@@ -25,6 +25,7 @@
 #include "config/run_spec.hpp"
 #include "device/backend.hpp"
 #include "io/hdf5_file.hpp"
+#include "model/model.hpp"
 #include "resume/run_journal.hpp"
 
 namespace evalrun {
@@ -68,15 +69,7 @@ class TaskFlow {
 
  protected:
   // Gives the model's projections to the device backend and records the precision it computes in.
-  template <class Model>
-  void put_on_device(Model& model, Provenance& provenance) {
-    if (!backend_) throw std::logic_error("TaskFlow: no device backend set");
-    device::take_over_projections(
-        *backend_, model.linear_sites(),
-        [&](std::size_t i, quant::LinearPtr layer) { return model.replace_linear(i, std::move(layer)); },
-        provenance.quantization);
-    provenance.compute_dtype = backend_->compute_dtype(model.compute_dtype());
-  }
+  void put_on_device(Model& model, Provenance& provenance);
 
  private:
   std::shared_ptr<device::Backend> backend_;

@@ -69,7 +69,7 @@ class Backend {
 std::shared_ptr<Backend> open_backend(const RunSpec& spec, const RankPlace& place);
 
 // Hands every projection of a model to the backend: `replace(i, layer)` installs `layer` at site i and
-// returns the one it held (RobertaModel / DecoderModel::replace_linear). `quantization` is how the
+// returns the one it held (RobertaModel / LlamaModel::replace_linear). `quantization` is how the
 // layers are stored ("none" for float); a backend that takes projections over needs float layers
 // (InputError naming quantization.method otherwise).
 using ReplaceLinear = std::function<quant::LinearPtr(std::size_t, quant::LinearPtr)>;

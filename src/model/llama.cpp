@@ -8,8 +8,9 @@
 // positions [cached_length, cached_length + seq) and attends over [0, cached_length + seq).
 //
 // Two implementations of the same math:
-//  * float32 with oneDNN's sgemm ("fast" path): raw loops for RMSNorm, RoPE, SiLU and softmax, strided
-//    sgemm calls for attention straight on the fused QKV buffer and the cache (no permute copies). Work
+//  * float32 with oneDNN's sgemm ("fast" path): the raw-buffer kernels of src/ops (RMSNorm, RoPE,
+//    gated SiLU, attention as strided sgemm calls straight on the fused QKV buffer and the cache, no
+//    permute copies). Work
 //    buffers live in Workspaces that grow to the largest batch seen and are reused, so decode steps do
 //    not allocate big blocks (and do not page-fault; see model::tune_malloc_once).
 //  * torch ops (bfloat16, or float32 without oneDNN), written like transformers' eager code so that
@@ -47,8 +48,13 @@
 #include "common/errors.hpp"
 #include "dist/communicator.hpp"
 #include "io/safetensors.hpp"
+#include "model/linear_slots.hpp"
 #include "model/loader_util.hpp"
+#include "ops/activations.hpp"
+#include "ops/attention.hpp"
 #include "ops/gemm.hpp"
+#include "ops/norms.hpp"
+#include "ops/rotary.hpp"
 #include "quant/dense.hpp"
 
 namespace evalrun {
@@ -92,59 +98,16 @@ Tensor rope_inv_freq(const LlamaConfig& c) {
   return torch::where(medium, smoothed, scaled).contiguous();
 }
 
-// out[r] = w * (x[r] * rsqrt(mean(x[r]^2) + eps)), float32, as LlamaRMSNorm.
-void rms_norm_rows(const float* x, const float* w, float* out, std::int64_t rows, std::int64_t n, float eps) {
-  at::parallel_for(0, rows, 16, [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r) {
-      const float* xr = x + r * n;
-      float* o = out + r * n;
-      double sum = 0;
-      for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i]) * xr[i];
-      const float variance = static_cast<float>(sum / static_cast<double>(n));
-      const float inv = 1.0f / std::sqrt(variance + eps);
-      for (std::int64_t i = 0; i < n; ++i) o[i] = w[i] * (xr[i] * inv);
-    }
-  });
-}
-
-// In-place rotate_half RoPE of one head vector: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin).
-inline void rope_head(float* v, const float* cos, const float* sin, std::int64_t half) {
-  for (std::int64_t i = 0; i < half; ++i) {
-    const float x1 = v[i], x2 = v[i + half];
-    v[i] = x1 * cos[i] + (-x2) * sin[i];
-    v[i + half] = x2 * cos[i] + x1 * sin[i];
-  }
-}
-
-// Row-wise softmax over `n` scores where allowed(j); disallowed entries and rows with nothing
-// allowed become 0.
-template <typename Allowed>
-void masked_softmax_row(float* s, std::int64_t n, Allowed allowed) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (std::int64_t j = 0; j < n; ++j) {
-    if (allowed(j)) mx = std::max(mx, s[j]);
-  }
-  if (mx == -std::numeric_limits<float>::infinity()) {
-    std::fill(s, s + n, 0.0f);
-    return;
-  }
-  float sum = 0;
-  for (std::int64_t j = 0; j < n; ++j) {
-    const float e = allowed(j) ? std::exp(s[j] - mx) : 0.0f;
-    s[j] = e;
-    sum += e;
-  }
-  for (std::int64_t j = 0; j < n; ++j) s[j] /= sum;
-}
-
-}  // namespace
-
-struct DecoderModel::Cache {
-  std::int64_t batch = 0, capacity = 0, length = 0;
+struct LlamaCache final : KvCache {
+  LlamaCache(std::int64_t batch, std::int64_t capacity) : KvCache(batch, capacity) {}
+  void advance(std::int64_t n) { length_ += n; }
   std::vector<Tensor> k, v;  // per layer [batch, kv_heads, capacity, head_dim]
 };
 
-struct DecoderModel::Impl {
+}  // namespace
+
+struct LlamaModel::Impl {
+  using Cache = LlamaCache;
   LlamaConfig cfg;
   DType dtype = DType::fp32;
   torch::ScalarType st = torch::kFloat32;
@@ -162,7 +125,7 @@ struct DecoderModel::Impl {
   Communicator* tp = nullptr;
   std::int64_t heads = 0, kv_heads = 0, inter = 0;
 
-  model::Workspace buf_x, buf_a, buf_qkv, buf_ctx, buf_gu, buf_act, buf_scores, buf_rope, buf_final, buf_part;
+  model::Workspace buf_x, buf_a, buf_qkv, buf_ctx, buf_gu, buf_act, buf_rope, buf_final, buf_part;
 
   std::int64_t q_width() const { return heads * cfg.head_dim; }
   std::int64_t kv_width() const { return kv_heads * cfg.head_dim; }
@@ -200,17 +163,17 @@ struct DecoderModel::Impl {
   void check_inputs(const std::int64_t* ids, const std::int64_t* positions, const std::int64_t* key_mask,
                     std::int64_t batch, std::int64_t seq, const Cache& cache) const {
     if (ids == nullptr || positions == nullptr || key_mask == nullptr) {
-      throw std::invalid_argument("DecoderModel::forward: null ids, positions or key_mask");
+      throw std::invalid_argument("LlamaModel::forward: null ids, positions or key_mask");
     }
-    if (batch <= 0 || seq <= 0) throw std::invalid_argument("DecoderModel::forward: batch and seq must be positive");
-    if (batch != cache.batch) {
-      throw std::invalid_argument("DecoderModel::forward: batch " + std::to_string(batch) + " but the cache has " +
-                                  std::to_string(cache.batch) + " rows");
+    if (batch <= 0 || seq <= 0) throw std::invalid_argument("LlamaModel::forward: batch and seq must be positive");
+    if (batch != cache.batch()) {
+      throw std::invalid_argument("LlamaModel::forward: batch " + std::to_string(batch) + " but the cache has " +
+                                  std::to_string(cache.batch()) + " rows");
     }
-    if (cache.length + seq > cache.capacity) {
-      throw std::invalid_argument("DecoderModel::forward: " + std::to_string(cache.length) + " cached + " +
+    if (cache.length() + seq > cache.capacity()) {
+      throw std::invalid_argument("LlamaModel::forward: " + std::to_string(cache.length()) + " cached + " +
                                   std::to_string(seq) + " new positions exceed the cache capacity " +
-                                  std::to_string(cache.capacity));
+                                  std::to_string(cache.capacity()));
     }
     for (std::int64_t i = 0; i < batch * seq; ++i) {
       if (ids[i] < 0 || ids[i] >= cfg.vocab_size) {
@@ -218,7 +181,7 @@ struct DecoderModel::Impl {
                                           ", " + std::to_string(i % seq) + "] is outside the vocabulary (vocab_size " +
                                           std::to_string(cfg.vocab_size) + ")");
       }
-      if (positions[i] < 0) throw std::invalid_argument("DecoderModel::forward: negative position");
+      if (positions[i] < 0) throw std::invalid_argument("LlamaModel::forward: negative position");
     }
   }
 
@@ -228,15 +191,7 @@ struct DecoderModel::Impl {
     Tensor t = buf_rope.get({2, M, half}, torch::kFloat32);
     cos = t.data_ptr<float>();
     sin = cos + M * half;
-    const float* f = inv_freq.data_ptr<float>();
-    for (std::int64_t m = 0; m < M; ++m) {
-      const float p = static_cast<float>(positions[m]);
-      for (std::int64_t i = 0; i < half; ++i) {
-        const float angle = f[i] * p;
-        cos[m * half + i] = std::cos(angle);
-        sin[m * half + i] = std::sin(angle);
-      }
-    }
+    ops::rope_angles(inv_freq.data_ptr<float>(), half, positions, M, cos, sin);
   }
 
   // ---- float32 + sgemm path ------------------------------------------------------------------
@@ -244,41 +199,21 @@ struct DecoderModel::Impl {
   // Attention of one layer: rotated q in qkv (row stride W), keys / values already in the cache.
   void attention_fast(const float* qkv, std::int64_t W, const Cache& cache, std::size_t layer,
                       const std::int64_t* key_mask, std::int64_t batch, std::int64_t seq, float* ctx) {
-    const std::int64_t nh = heads, nkv = kv_heads, d = cfg.head_dim;
-    const std::int64_t groups = nh / nkv, qw = q_width(), cap = cache.capacity;
-    const std::int64_t len0 = cache.length, T = len0 + seq;
-    const float scale = attention_scale();
-    const float* kc = cache.k[layer].data_ptr<float>();
-    const float* vc = cache.v[layer].data_ptr<float>();
-    const int threads = at::get_num_threads();
-    // One step (seq 1): the `groups` query heads of a kv head are adjacent in the row, so each
-    // (row, kv head) is one [groups, d] x [d, T] product. Longer inputs: one product per (row, head).
-    const bool grouped = seq == 1;
-    const std::int64_t rows = grouped ? groups : seq;
-    const std::int64_t tasks = grouped ? batch * nkv : batch * nh;
-    float* scores_all = buf_scores.get({threads, rows, T}, torch::kFloat32).data_ptr<float>();
-    at::parallel_for(0, tasks, 1, [&](std::int64_t t0, std::int64_t t1) {
-      float* s = scores_all + static_cast<std::int64_t>(at::get_thread_num()) * rows * T;
-      for (std::int64_t task = t0; task < t1; ++task) {
-        std::int64_t b, h, j;
-        if (grouped) {
-          b = task / nkv, j = task % nkv, h = j * groups;
-        } else {
-          b = task / nh, h = task % nh, j = h / groups;
-        }
-        const float* kp = kc + (b * nkv + j) * cap * d;
-        const float* vp = vc + (b * nkv + j) * cap * d;
-        const float* q = qkv + b * seq * W + h * d;
-        const std::int64_t* km = key_mask + b * T;
-        ops::sgemm('N', 'T', rows, T, d, scale, q, grouped ? d : W, kp, d, 0.0f, s, T);
-        for (std::int64_t r = 0; r < rows; ++r) {
-          const std::int64_t last = grouped ? T - 1 : len0 + r;  // the query's own index
-          masked_softmax_row(s + r * T, T, [&](std::int64_t k) { return k <= last && km[k] != 0; });
-        }
-        float* out = ctx + b * seq * qw + h * d;
-        ops::sgemm('N', 'N', rows, d, T, 1.0f, s, T, vp, d, 0.0f, out, grouped ? d : qw);
-      }
-    });
+    const std::int64_t d = cfg.head_dim, cap = cache.capacity(), qw = q_width();
+    ops::AttentionShape a;
+    a.batch = batch;
+    a.queries = seq;
+    a.keys = cache.length() + seq;
+    a.heads = heads;
+    a.kv_heads = kv_heads;
+    a.head_dim = d;
+    a.causal = true;
+    a.first_query = cache.length();
+    a.scale = attention_scale();
+    const ops::HeadRows q{qkv, seq * W, d, W};
+    const ops::HeadRows k{cache.k[layer].data_ptr<float>(), kv_heads * cap * d, cap * d, d};
+    const ops::HeadRows v{cache.v[layer].data_ptr<float>(), kv_heads * cap * d, cap * d, d};
+    ops::attention_f32(a, q, k, v, key_mask, ctx, seq * qw, qw);
   }
 
   // Runs the layers; returns the residual stream [M, H] after the last layer.
@@ -287,8 +222,8 @@ struct DecoderModel::Impl {
     const auto& c = cfg;
     const std::int64_t M = batch * seq, H = c.hidden_size, I = inter, d = c.head_dim;
     const std::int64_t nh = heads, nkv = kv_heads, half = d / 2;
-    const std::int64_t qw = q_width(), kvw = kv_width(), W = qw + 2 * kvw, cap = cache.capacity;
-    const std::int64_t len0 = cache.length;
+    const std::int64_t qw = q_width(), kvw = kv_width(), W = qw + 2 * kvw, cap = cache.capacity();
+    const std::int64_t len0 = cache.length();
     const float eps = static_cast<float>(c.rms_norm_eps);
     const float rm = static_cast<float>(c.residual_multiplier);
 
@@ -320,7 +255,7 @@ struct DecoderModel::Impl {
 
     for (std::size_t l = 0; l < layers.size(); ++l) {
       const DecoderLayer& L = layers[l];
-      rms_norm_rows(x, L.attn_norm.data_ptr<float>(), a, M, H, eps);
+      ops::rms_norm_rows(x, L.attn_norm.data_ptr<float>(), a, M, H, eps);
       L.qkv->forward(a, M, H, qkv, W, 1.0f, 0.0f);
       // Rotate q and k, and store k and v in the cache.
       float* kc = cache.k[l].data_ptr<float>();
@@ -330,7 +265,7 @@ struct DecoderModel::Impl {
           float* row = qkv + m * W;
           const float* cm = cos + m * half;
           const float* sm = sin + m * half;
-          for (std::int64_t h = 0; h < nh + nkv; ++h) rope_head(row + h * d, cm, sm, half);
+          for (std::int64_t h = 0; h < nh + nkv; ++h) ops::rope_rotate_head(row + h * d, cm, sm, half);
           const std::int64_t b = m / seq, pos = len0 + m % seq;
           for (std::int64_t j = 0; j < nkv; ++j) {
             std::memcpy(kc + ((b * nkv + j) * cap + pos) * d, row + qw + j * d, sizeof(float) * d);
@@ -342,16 +277,9 @@ struct DecoderModel::Impl {
       // x += rm * (ctx @ W_o): HF adds residual + out * residual_multiplier.
       row_parallel(*L.o, ctx, M, qw, x, H, rm);
 
-      rms_norm_rows(x, L.mlp_norm.data_ptr<float>(), a, M, H, eps);
+      ops::rms_norm_rows(x, L.mlp_norm.data_ptr<float>(), a, M, H, eps);
       L.gate_up->forward(a, M, H, gu, 2 * I, 1.0f, 0.0f);
-      at::parallel_for(0, M, 16, [&](std::int64_t m0, std::int64_t m1) {
-        for (std::int64_t m = m0; m < m1; ++m) {
-          const float* g = gu + m * 2 * I;
-          const float* u = g + I;
-          float* o = act + m * I;
-          for (std::int64_t i = 0; i < I; ++i) o[i] = (g[i] / (1.0f + std::exp(-g[i]))) * u[i];
-        }
-      });
+      ops::silu_gate_rows(gu, act, M, I);
       row_parallel(*L.down, act, M, I, x, H, rm);
       if (l + 1 < layers.size()) keep(x);
     }
@@ -377,7 +305,7 @@ struct DecoderModel::Impl {
     const std::int64_t M = batch * seq, I = inter, d = c.head_dim;
     const std::int64_t nh = heads, nkv = kv_heads, groups = nh / nkv;
     const std::int64_t qw = q_width(), kvw = kv_width();
-    const std::int64_t len0 = cache.length, T = len0 + seq;
+    const std::int64_t len0 = cache.length(), T = len0 + seq;
     auto keep = [&](const Tensor& t) {
       if (hidden == nullptr) return;
       Tensor f = t.to(torch::kFloat32).contiguous();
@@ -444,11 +372,38 @@ struct DecoderModel::Impl {
 
   // ---- shared ------------------------------------------------------------------------------
 
+  std::unique_ptr<LlamaCache> make_cache(std::int64_t batch, std::int64_t capacity) const {
+    if (batch <= 0 || capacity <= 0) throw std::invalid_argument("LlamaModel::new_cache: batch and capacity must be positive");
+    torch::InferenceMode guard;
+    auto cache = std::make_unique<LlamaCache>(batch, capacity);
+    // Zero-filled: the pages are touched now rather than during decode steps.
+    for (std::int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+      cache->k.push_back(torch::zeros({batch, kv_heads, capacity, cfg.head_dim}, st));
+      cache->v.push_back(torch::zeros({batch, kv_heads, capacity, cfg.head_dim}, st));
+    }
+    return cache;
+  }
+
+  // The projections as linear sites, four per layer.
+  std::vector<model::LinearSlot> slots() {
+    std::vector<model::LinearSlot> out;
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      const std::string p = "model.layers." + std::to_string(i) + ".";
+      DecoderLayer& L = layers[i];
+      out.push_back({{p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"},
+                     {q_width(), kv_width(), kv_width()}, &L.qkv});
+      out.push_back({{p + "self_attn.o_proj"}, {cfg.hidden_size}, &L.o});
+      out.push_back({{p + "mlp.gate_proj", p + "mlp.up_proj"}, {inter, inter}, &L.gate_up});
+      out.push_back({{p + "mlp.down_proj"}, {cfg.hidden_size}, &L.down});
+    }
+    return out;
+  }
+
   Tensor run_layers(const std::int64_t* ids, const std::int64_t* positions, const std::int64_t* key_mask,
                     std::int64_t batch, std::int64_t seq, Cache& cache, std::vector<std::vector<float>>* hidden) {
     Tensor x = use_sgemm ? layers_fast(ids, positions, key_mask, batch, seq, cache, hidden)
                          : layers_torch(ids, positions, key_mask, batch, seq, cache, hidden);
-    cache.length += seq;
+    cache.advance(seq);
     return x;
   }
 
@@ -465,7 +420,7 @@ struct DecoderModel::Impl {
         }
       }
       Tensor out = rows.empty() ? buf_final.get({R, H}, torch::kFloat32) : buf_final.get({2, R, H}, torch::kFloat32)[1];
-      rms_norm_rows(sel.data_ptr<float>(), final_norm.data_ptr<float>(), out.data_ptr<float>(), R, H,
+      ops::rms_norm_rows(sel.data_ptr<float>(), final_norm.data_ptr<float>(), out.data_ptr<float>(), R, H,
                     static_cast<float>(cfg.rms_norm_eps));
       return out;
     }
@@ -497,11 +452,13 @@ struct DecoderModel::Impl {
   }
 };
 
-DecoderModel::DecoderModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-DecoderModel::~DecoderModel() = default;
+LlamaModel::LlamaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+LlamaModel::~LlamaModel() = default;
 
-std::unique_ptr<DecoderModel> DecoderModel::load(const std::string& dir, DType dtype, Device device,
-                                                 const std::string& quantization_method, Communicator* tp) {
+std::unique_ptr<LlamaModel> LlamaModel::load(const ModelLoad& how_to) {
+  const std::string& dir = how_to.dir;
+  const DType dtype = how_to.dtype;
+  Communicator* tp = how_to.tp;
   model::tune_malloc_once();
   torch::InferenceMode guard;
 
@@ -511,7 +468,7 @@ std::unique_ptr<DecoderModel> DecoderModel::load(const std::string& dir, DType d
   m.dtype = dtype;
   m.cfg = LlamaConfig::from_json_file((fs::path(dir) / "config.json").string());
   m.quant = quant::read_quant_config(dir);
-  model::check_quantization(m.quant, quantization_method, dtype);
+  model::check_quantization(m.quant, how_to.quantization_method, dtype);
   m.st = dtype == DType::bf16 ? torch::kBFloat16 : torch::kFloat32;
   m.use_sgemm = m.st == torch::kFloat32 && (ops::have_onednn_sgemm() || m.quant.method != quant::Method::none);
   const auto& c = m.cfg;
@@ -592,41 +549,25 @@ std::unique_ptr<DecoderModel> DecoderModel::load(const std::string& dir, DType d
     if (!used.count(name)) throw InputError(ckpt.dir() + ": tensor '" + name + "'", "unexpected tensor for this architecture");
   }
   m.inv_freq = rope_inv_freq(c);
-  return std::unique_ptr<DecoderModel>(new DecoderModel(std::move(impl)));
+  return std::unique_ptr<LlamaModel>(new LlamaModel(std::move(impl)));
 }
 
-const LlamaConfig& DecoderModel::config() const { return impl_->cfg; }
+const LlamaConfig& LlamaModel::config() const { return impl_->cfg; }
 
-std::vector<quant::LinearSite> DecoderModel::linear_sites() {
-  const auto& c = impl_->cfg;
-  const std::int64_t qw = impl_->q_width(), kvw = impl_->kv_width();
-  std::vector<quant::LinearSite> sites;
-  for (std::size_t i = 0; i < impl_->layers.size(); ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    DecoderLayer& L = impl_->layers[i];
-    sites.push_back({{p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"}, {qw, kvw, kvw}, L.qkv.get()});
-    sites.push_back({{p + "self_attn.o_proj"}, {c.hidden_size}, L.o.get()});
-    sites.push_back({{p + "mlp.gate_proj", p + "mlp.up_proj"}, {impl_->inter, impl_->inter}, L.gate_up.get()});
-    sites.push_back({{p + "mlp.down_proj"}, {c.hidden_size}, L.down.get()});
-  }
-  return sites;
+std::string LlamaModel::architecture() const {
+  return impl_->cfg.architectures.empty() ? impl_->cfg.model_type : impl_->cfg.architectures.front();
+}
+std::int64_t LlamaModel::vocab_size() const { return impl_->cfg.vocab_size; }
+
+std::vector<quant::LinearSite> LlamaModel::linear_sites() { return model::sites_of(impl_->slots()); }
+
+quant::LinearPtr LlamaModel::replace_linear(std::size_t site, quant::LinearPtr layer) {
+  auto slots = impl_->slots();
+  return model::replace_slot(slots, site, std::move(layer), impl_->use_sgemm, "LlamaModel");
 }
 
-quant::LinearPtr DecoderModel::replace_linear(std::size_t site, quant::LinearPtr layer) {
-  if (site >= 4 * impl_->layers.size()) throw std::out_of_range("DecoderModel::replace_linear: no site " + std::to_string(site));
-  DecoderLayer& L = impl_->layers[site / 4];
-  quant::LinearPtr* slots[] = {&L.qkv, &L.o, &L.gate_up, &L.down};
-  quant::LinearPtr& slot = *slots[site % 4];
-  if (layer->in_features() != slot->in_features() || layer->out_features() != slot->out_features()) {
-    throw std::invalid_argument("DecoderModel::replace_linear: features differ from the layer replaced");
-  }
-  if (!impl_->use_sgemm) throw std::logic_error("DecoderModel::replace_linear needs the float32 sgemm path");
-  std::swap(slot, layer);
-  return layer;
-}
-
-std::string DecoderModel::quantization() const { return impl_->quant.describe(); }
-std::size_t DecoderModel::weight_bytes() const {
+std::string LlamaModel::quantization() const { return impl_->quant.describe(); }
+std::size_t LlamaModel::weight_bytes() const {
   const Impl& m = *impl_;
   std::size_t n = static_cast<std::size_t>(m.embed.nbytes() + m.final_norm.nbytes());
   if (!m.lm_head.is_same(m.embed)) n += static_cast<std::size_t>(m.lm_head.nbytes());
@@ -637,30 +578,19 @@ std::size_t DecoderModel::weight_bytes() const {
   return n;
 }
 
-const char* DecoderModel::compute_dtype() const { return impl_->st == torch::kBFloat16 ? "bfloat16" : "float32"; }
+const char* LlamaModel::compute_dtype() const { return impl_->st == torch::kBFloat16 ? "bfloat16" : "float32"; }
 
-std::unique_ptr<DecoderModel::Cache, void (*)(DecoderModel::Cache*)> DecoderModel::new_cache(
-    std::int64_t batch, std::int64_t capacity) const {
-  if (batch <= 0 || capacity <= 0) throw std::invalid_argument("DecoderModel::new_cache: batch and capacity must be positive");
-  torch::InferenceMode guard;
-  const auto& c = impl_->cfg;
-  std::unique_ptr<Cache, void (*)(Cache*)> cache(new Cache, [](Cache* p) { delete p; });
-  cache->batch = batch;
-  cache->capacity = capacity;
-  // Zero-filled: the pages are touched now rather than during decode steps.
-  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    cache->k.push_back(torch::zeros({batch, impl_->kv_heads, capacity, c.head_dim}, impl_->st));
-    cache->v.push_back(torch::zeros({batch, impl_->kv_heads, capacity, c.head_dim}, impl_->st));
-  }
-  return cache;
+std::unique_ptr<KvCache> LlamaModel::new_cache(std::int64_t batch, std::int64_t capacity) const {
+  return impl_->make_cache(batch, capacity);
 }
 
-std::int64_t DecoderModel::cached_length(const Cache& cache) { return cache.length; }
-
-void DecoderModel::forward(const std::int64_t* ids, const std::int64_t* positions, const std::int64_t* key_mask,
-                           std::int64_t batch, std::int64_t seq, Cache& cache, bool all_positions,
-                           std::vector<float>& logits) {
+void LlamaModel::forward(const std::int64_t* ids, const std::int64_t* positions, const std::int64_t* key_mask,
+                         std::int64_t batch, std::int64_t seq, KvCache& kv, bool all_positions,
+                         std::vector<float>& logits) {
   Impl& m = *impl_;
+  auto* own = dynamic_cast<LlamaCache*>(&kv);
+  if (own == nullptr) throw std::invalid_argument("LlamaModel::forward: the cache was not made by a LlamaModel");
+  LlamaCache& cache = *own;
   m.check_inputs(ids, positions, key_mask, batch, seq, cache);
   torch::InferenceMode guard;
   Tensor x = m.run_layers(ids, positions, key_mask, batch, seq, cache, nullptr);
@@ -671,16 +601,17 @@ void DecoderModel::forward(const std::int64_t* ids, const std::int64_t* position
   m.project(m.final_normed(x, rows), logits);
 }
 
-std::vector<std::vector<float>> DecoderModel::hidden_states(const std::int64_t* ids, std::int64_t batch,
+std::vector<std::vector<float>> LlamaModel::hidden_states(const std::int64_t* ids, std::int64_t batch,
                                                             std::int64_t seq) {
   Impl& m = *impl_;
-  auto cache = new_cache(batch, seq);
+  auto own = m.make_cache(batch, seq);
+  LlamaCache& cache = *own;
   std::vector<std::int64_t> positions(batch * seq), key_mask(batch * seq, 1);
   for (std::int64_t i = 0; i < batch * seq; ++i) positions[i] = i % seq;
-  m.check_inputs(ids, positions.data(), key_mask.data(), batch, seq, *cache);
+  m.check_inputs(ids, positions.data(), key_mask.data(), batch, seq, cache);
   torch::InferenceMode guard;
   std::vector<std::vector<float>> out;
-  Tensor x = m.run_layers(ids, positions.data(), key_mask.data(), batch, seq, *cache, &out);
+  Tensor x = m.run_layers(ids, positions.data(), key_mask.data(), batch, seq, cache, &out);
   Tensor h = m.final_normed(x, {}).to(torch::kFloat32).contiguous();
   out.emplace_back(h.data_ptr<float>(), h.data_ptr<float>() + h.numel());
   return out;

@@ -8,12 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "config/run_spec.hpp"
-#include "quant/linear.hpp"
+#include "model/model.hpp"
 
 namespace evalrun {
-
-class Communicator;
 
 // config.json fields; from_json_file validates them (InputError naming config.json and the key).
 // Unsupported fields with non-default values (e.g. a rope_scaling type other than "llama3",
@@ -50,64 +47,44 @@ struct LlamaConfig {
   static LlamaConfig from_json_file(const std::string& path);
 };
 
-class DecoderModel {
+// LlamaForCausalLM and GraniteForCausalLM (registry rows "LlamaForCausalLM", "GraniteForCausalLM").
+class LlamaModel : public CausalLM {
  public:
   // Reads dir/config.json and safetensors (single or sharded). Every expected tensor must exist with
   // its shape (InputError naming tensor and shapes); lm_head.weight may be absent when tied. F32/F16/BF16
   // converted to dtype; fp16 as in RobertaModel (weights rounded to fp16, compute float32).
   // Quantized checkpoints (config.json quantization_config or quantize_config.json) load their layers
-  // in that format; quantization_method is the run's [quantization] method ("auto": whatever the
-  // checkpoint holds; otherwise it must match, InputError naming quantization.method).
-  // tp: the tensor-parallel group this rank belongs to (null or size 1: the whole model); the model
-  // then holds and reads only this rank's part of the projections (see llama.cpp) and every rank of
-  // the group must call forward with the same inputs. A model that cannot be split T ways is an
-  // InputError naming parallel.tensor_parallel and the config.json field.
-  static std::unique_ptr<DecoderModel> load(const std::string& dir, DType dtype, Device device,
-                                            const std::string& quantization_method = "auto",
-                                            Communicator* tp = nullptr);
-  ~DecoderModel();
-  DecoderModel(const DecoderModel&) = delete;
-  DecoderModel& operator=(const DecoderModel&) = delete;
+  // in that format (ModelLoad::quantization_method). With a tensor-parallel group the model holds and
+  // reads only this rank's part of the projections (see llama.cpp); a model that cannot be split T
+  // ways is an InputError naming parallel.tensor_parallel and the config.json field.
+  static std::unique_ptr<LlamaModel> load(const ModelLoad& how);
+  ~LlamaModel() override;
+  LlamaModel(const LlamaModel&) = delete;
+  LlamaModel& operator=(const LlamaModel&) = delete;
 
   const LlamaConfig& config() const;
 
-  // The projections of the layers, for quantization tools (calibration, direct quantization, memory
-  // reports). Each site is one Linear the forward pass calls; it holds the checkpoint layers
-  // `prefixes` side by side (q | k | v), `part_out[i]` outputs each. replace_linear swaps one for a
-  // layer with the same in / out features (any storage: float32 only on the sgemm path).
-  std::vector<quant::LinearSite> linear_sites();
-  // Returns the layer it replaced (calibration wraps a layer and restores it).
-  quant::LinearPtr replace_linear(std::size_t site, quant::LinearPtr layer);
-  // How the checkpoint's layers are stored ("none", "gptq w4 g32 asym act_order", ...).
-  std::string quantization() const;
-  const char* compute_dtype() const;
-  // Bytes of weights this rank holds (projections, embeddings, norms, LM head).
-  std::size_t weight_bytes() const;
+  std::string architecture() const override;
+  std::int64_t vocab_size() const override;
+  std::vector<quant::LinearSite> linear_sites() override;
+  quant::LinearPtr replace_linear(std::size_t site, quant::LinearPtr layer) override;
+  std::string quantization() const override;
+  const char* compute_dtype() const override;
+  std::size_t weight_bytes() const override;
 
-  // The key/value cache of one batch: `batch` rows, room for `capacity` positions per row.
-  struct Cache;
-  std::unique_ptr<Cache, void (*)(Cache*)> new_cache(std::int64_t batch, std::int64_t capacity) const;
-  static std::int64_t cached_length(const Cache& cache);  // positions filled so far (same for all rows)
-
-  // Appends `seq` tokens per row to the cache and runs them.
-  //   ids, positions: [batch, seq] row-major; positions are the RoPE positions (left padding: pads get 0,
-  //     real tokens 0, 1, 2, ... from their first real token).
-  //   key_mask: [batch, cached_length + seq], 1 = attend, 0 = padding: a query attends to key j when
-  //     key_mask[j] == 1 and j <= its own index (causal).
-  //   logits: float32 out; all_positions = false -> [batch, vocab] for the last of the `seq` tokens;
-  //     true -> [batch, seq, vocab].
+  std::unique_ptr<KvCache> new_cache(std::int64_t batch, std::int64_t capacity) const override;
   void forward(const std::int64_t* ids, const std::int64_t* positions, const std::int64_t* key_mask,
-               std::int64_t batch, std::int64_t seq, Cache& cache, bool all_positions, std::vector<float>& logits);
-
-  // For tests: hidden states [layers + 1][batch * seq * hidden] as transformers' output_hidden_states:
-  // the embeddings (after any multiplier), the output of layers 1 .. n-1, and the output of layer n
-  // with the final RMSNorm applied. No cache, no padding.
-  std::vector<std::vector<float>> hidden_states(const std::int64_t* ids, std::int64_t batch, std::int64_t seq);
+               std::int64_t batch, std::int64_t seq, KvCache& cache, bool all_positions,
+               std::vector<float>& logits) override;
+  // The embeddings (after any multiplier), the output of layers 1 .. n-1, and the output of layer n
+  // with the final RMSNorm applied.
+  std::vector<std::vector<float>> hidden_states(const std::int64_t* ids, std::int64_t batch,
+                                                std::int64_t seq) override;
 
   struct Impl;
 
  private:
-  explicit DecoderModel(std::unique_ptr<Impl> impl);
+  explicit LlamaModel(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -3,8 +3,8 @@
 // Layout: activations are 2-D [batch * seq, hidden] row-major. Every linear weight is stored
 // pre-transposed and contiguous ([in, out]) so a product is one row-major GEMM; the query, key and
 // value projections are fused into one [hidden, 3 * hidden] weight. Float32 attention runs per
-// (sequence, head) straight on the fused QKV buffer with strided sgemm calls (no permute copies);
-// bfloat16 attention uses batched torch matmuls.
+// (sequence, head) straight on the fused QKV buffer with strided sgemm calls (ops/attention.hpp, no
+// permute copies); bfloat16 attention uses batched torch matmuls.
 //
 // Tensor parallelism (a Communicator of T ranks passed to load): rank r holds attention heads
 // [r nh/T, (r+1) nh/T) of query, key and value (column-parallel) and intermediate columns
@@ -32,8 +32,10 @@
 #include "common/sha256.hpp"
 #include "dist/communicator.hpp"
 #include "io/safetensors.hpp"
+#include "ops/attention.hpp"
 #include "ops/gemm.hpp"
 #include "quant/dense.hpp"
+#include "model/linear_slots.hpp"
 #include "model/loader_util.hpp"
 
 namespace evalrun {
@@ -125,7 +127,7 @@ using model::pre_transposed;
 
 struct RobertaModel::Impl {
   RobertaConfig cfg;
-  RobertaHead head = RobertaHead::question_answering;
+  EncoderHead head = EncoderHead::question_answering;
   DType dtype = DType::fp32;
   torch::ScalarType st = torch::kFloat32;
   std::string dir;
@@ -226,34 +228,23 @@ struct RobertaModel::Impl {
   }
 
   // Scaled dot-product attention over the fused QKV buffer [B*L, 3H] into ctx [B*L, H].
-  // mask_add: [B, L] float32 additive mask (0 or float's lowest value; any value that makes exp()
-  // underflow to 0 gives HF's result, which adds its dtype's lowest value).
-  void attention(const Tensor& qkv, const Tensor& mask_add, std::int64_t batch, std::int64_t seq, Tensor& ctx) {
+  // mask: [B, L] attention mask (1 token, 0 padding); mask_add: the same as a float32 additive mask
+  // for the torch path (0 or float's lowest value; any value that makes exp() underflow to 0 gives
+  // HF's result, which adds its dtype's lowest value).
+  void attention(const Tensor& qkv, const std::int64_t* mask, const Tensor& mask_add, std::int64_t batch,
+                 std::int64_t seq, Tensor& ctx) {
     const std::int64_t H = attn_width(), nh = heads, d = cfg.head_dim();
     if (fast_fp32()) {
-      // Per sequence: scores[h] = Q_h K_h^T / sqrt(d) for all heads, mask, softmax, ctx_h = P_h V_h.
-      const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-      Tensor scores = buf_scores.get({nh, seq, seq}, st);
-      float* s = scores.data_ptr<float>();
+      ops::AttentionShape a;
+      a.batch = batch;
+      a.queries = a.keys = seq;
+      a.heads = a.kv_heads = nh;
+      a.head_dim = d;
+      a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
       const float* base = qkv.data_ptr<float>();
-      float* out = ctx.data_ptr<float>();
-      for (std::int64_t b = 0; b < batch; ++b) {
-        const float* rows = base + b * seq * 3 * H;
-        at::parallel_for(0, nh, 1, [&](std::int64_t h0, std::int64_t h1) {
-          for (std::int64_t h = h0; h < h1; ++h) {
-            ops::sgemm('N', 'T', seq, seq, d, scale, rows + h * d, 3 * H, rows + H + h * d, 3 * H, 0.0f,
-                         s + h * seq * seq, seq);
-          }
-        });
-        scores.add_(mask_add[b].view({1, 1, seq}));
-        at::_softmax_out(scores, scores, -1, false);
-        at::parallel_for(0, nh, 1, [&](std::int64_t h0, std::int64_t h1) {
-          for (std::int64_t h = h0; h < h1; ++h) {
-            ops::sgemm('N', 'N', seq, d, seq, 1.0f, s + h * seq * seq, seq, rows + 2 * H + h * d, 3 * H, 0.0f,
-                         out + b * seq * H + h * d, H);
-          }
-        });
-      }
+      const ops::HeadRows q{base, seq * 3 * H, d, 3 * H}, k{base + H, seq * 3 * H, d, 3 * H},
+          v{base + 2 * H, seq * 3 * H, d, 3 * H};
+      ops::attention_f32(a, q, k, v, mask, ctx.data_ptr<float>(), seq * H, H);
       return;
     }
     // Torch path (bfloat16, or float32 without oneDNN), one sequence at a time so the scores stay
@@ -312,7 +303,7 @@ struct RobertaModel::Impl {
         torch_linear(qkv, h, L.qkv, 0.0f);
       }
       Tensor ctx = buf_ctx.get({M, A}, st);
-      attention(qkv, mask_add, batch, seq, ctx);
+      attention(qkv, mask, mask_add, batch, seq, ctx);
       // h += ctx @ W_o + b_o (the residual is h itself: it is not needed afterwards)
       row_parallel(L.attn_out, ctx, h);
       Tensor a = layer_norm(h, L.attn_ln_w, L.attn_ln_b);
@@ -333,6 +324,21 @@ struct RobertaModel::Impl {
     return h;
   }
 
+  // The projections as linear sites, four per layer.
+  std::vector<model::LinearSlot> slots() {
+    const std::int64_t H = cfg.hidden_size, A = attn_width(), I = inter;
+    std::vector<model::LinearSlot> out;
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      const std::string p = encoder_prefix + "encoder.layer." + std::to_string(i) + ".";
+      Layer& L = layers[i];
+      out.push_back({{p + "attention.self.query", p + "attention.self.key", p + "attention.self.value"}, {A, A, A}, &L.qkv});
+      out.push_back({{p + "attention.output.dense"}, {H}, &L.attn_out});
+      out.push_back({{p + "intermediate.dense"}, {I}, &L.inter});
+      out.push_back({{p + "output.dense"}, {H}, &L.out});
+    }
+    return out;
+  }
+
   // y = x @ w^T + b for w [N, K] as stored (the tied decoder), float32 result.
   Tensor linear_nt(const Tensor& x, const Tensor& w, const Tensor& b) const {
     if (fast_fp32()) {
@@ -351,8 +357,10 @@ struct RobertaModel::Impl {
 RobertaModel::RobertaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RobertaModel::~RobertaModel() = default;
 
-std::unique_ptr<RobertaModel> RobertaModel::load(const std::string& dir, DType dtype, Device device,
-                                                 const std::string& quantization_method, Communicator* tp) {
+std::unique_ptr<RobertaModel> RobertaModel::load(const ModelLoad& how_to) {
+  const std::string& dir = how_to.dir;
+  const DType dtype = how_to.dtype;
+  Communicator* tp = how_to.tp;
   model::tune_malloc_once();
   torch::InferenceMode guard;
 
@@ -363,7 +371,7 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const std::string& dir, DType d
   m.cfg = RobertaConfig::from_json_file((fs::path(dir) / "config.json").string());
   m.head = head_from_architectures(m.cfg.architectures, (fs::path(dir) / "config.json").string() + ": architectures");
   m.quant = quant::read_quant_config(dir);
-  model::check_quantization(m.quant, quantization_method, dtype);
+  model::check_quantization(m.quant, how_to.quantization_method, dtype);
   m.st = dtype == DType::bf16 ? torch::kBFloat16 : torch::kFloat32;
   m.use_sgemm = m.st == torch::kFloat32 && (ops::have_onednn_sgemm() || m.quant.method != quant::Method::none);
 
@@ -443,7 +451,7 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const std::string& dir, DType d
     m.layers.push_back(std::move(L));
   }
 
-  if (m.head == RobertaHead::question_answering) {
+  if (m.head == EncoderHead::question_answering) {
     m.qa_w_t = pre_transposed(r.head("qa_outputs.weight", {2, H}));
     m.qa_b = r.head("qa_outputs.bias", {2});
   } else {
@@ -468,35 +476,20 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const std::string& dir, DType d
 
 const RobertaConfig& RobertaModel::config() const { return impl_->cfg; }
 
-std::vector<quant::LinearSite> RobertaModel::linear_sites() {
-  const std::int64_t H = impl_->cfg.hidden_size, A = impl_->attn_width(), I = impl_->inter;
-  std::vector<quant::LinearSite> sites;
-  for (std::size_t i = 0; i < impl_->layers.size(); ++i) {
-    const std::string p = impl_->encoder_prefix + "encoder.layer." + std::to_string(i) + ".";
-    Layer& L = impl_->layers[i];
-    sites.push_back({{p + "attention.self.query", p + "attention.self.key", p + "attention.self.value"}, {A, A, A}, L.qkv.get()});
-    sites.push_back({{p + "attention.output.dense"}, {H}, L.attn_out.get()});
-    sites.push_back({{p + "intermediate.dense"}, {I}, L.inter.get()});
-    sites.push_back({{p + "output.dense"}, {H}, L.out.get()});
-  }
-  return sites;
-}
+std::string RobertaModel::architecture() const { return roberta_architecture(impl_->head); }
+std::int64_t RobertaModel::vocab_size() const { return impl_->cfg.vocab_size; }
+std::int64_t RobertaModel::pad_token_id() const { return impl_->cfg.pad_token_id; }
+std::int64_t RobertaModel::max_sequence_length() const { return impl_->cfg.max_sequence_length(); }
+
+std::vector<quant::LinearSite> RobertaModel::linear_sites() { return model::sites_of(impl_->slots()); }
 
 quant::LinearPtr RobertaModel::replace_linear(std::size_t site, quant::LinearPtr layer) {
-  if (site >= 4 * impl_->layers.size()) throw std::out_of_range("RobertaModel::replace_linear: no site " + std::to_string(site));
-  Layer& L = impl_->layers[site / 4];
-  quant::LinearPtr* slots[] = {&L.qkv, &L.attn_out, &L.inter, &L.out};
-  quant::LinearPtr& slot = *slots[site % 4];
-  if (layer->in_features() != slot->in_features() || layer->out_features() != slot->out_features()) {
-    throw std::invalid_argument("RobertaModel::replace_linear: features differ from the layer replaced");
-  }
-  if (!impl_->use_sgemm) throw std::logic_error("RobertaModel::replace_linear needs the float32 sgemm path");
-  std::swap(slot, layer);
-  return layer;
+  auto slots = impl_->slots();
+  return model::replace_slot(slots, site, std::move(layer), impl_->use_sgemm, "RobertaModel");
 }
 
 std::string RobertaModel::quantization() const { return impl_->quant.describe(); }
-RobertaHead RobertaModel::head() const { return impl_->head; }
+EncoderHead RobertaModel::head() const { return impl_->head; }
 DType RobertaModel::dtype() const { return impl_->dtype; }
 std::size_t RobertaModel::weight_bytes() const {
   const Impl& m = *impl_;
@@ -518,7 +511,7 @@ const std::string& RobertaModel::dir() const { return impl_->dir; }
 
 void RobertaModel::question_answering(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch,
                                       std::int64_t seq, std::vector<float>& start, std::vector<float>& end) {
-  if (impl_->head != RobertaHead::question_answering) {
+  if (impl_->head != EncoderHead::question_answering) {
     throw InputError(impl_->dir + "/config.json: architectures",
                      "the model is RobertaForMaskedLM; a question-answering run needs RobertaForQuestionAnswering");
   }
@@ -539,7 +532,7 @@ void RobertaModel::masked_lm(const std::int64_t* ids, const std::int64_t* mask, 
                              const std::vector<std::pair<std::int64_t, std::int64_t>>& positions,
                              std::vector<float>& logits) {
   Impl& m = *impl_;
-  if (m.head != RobertaHead::masked_lm) {
+  if (m.head != EncoderHead::masked_lm) {
     throw InputError(m.dir + "/config.json: architectures",
                      "the model is RobertaForQuestionAnswering; a masked-LM run needs RobertaForMaskedLM");
   }

@@ -10,12 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "config/run_spec.hpp"
-#include "quant/linear.hpp"
+#include "model/model.hpp"
 
 namespace evalrun {
-
-class Communicator;
 
 // The config.json fields the encoder needs. from_json_file validates them; every error is an
 // InputError naming config.json and the key.
@@ -40,19 +37,14 @@ struct RobertaConfig {
   static RobertaConfig from_json_file(const std::string& path);
 };
 
-enum class RobertaHead { question_answering, masked_lm };
-const char* to_string(RobertaHead);
 // The head named by config.json "architectures" (RobertaForQuestionAnswering -> question_answering,
 // RobertaForMaskedLM -> masked_lm); anything else is an InputError listing the supported ones.
-RobertaHead head_from_architectures(const std::vector<std::string>& architectures, const std::string& where);
+EncoderHead head_from_architectures(const std::vector<std::string>& architectures, const std::string& where);
+// The architectures entry of a head ("RobertaForQuestionAnswering", "RobertaForMaskedLM").
+const char* roberta_architecture(EncoderHead head);
 
-// Threads used by torch's intra-op pool (and oneDNN / OpenBLAS through it) for this process.
-// n <= 0 leaves the current setting. torch defaults to 1 thread in this build.
-void set_compute_threads(int n);
-int compute_threads();
-
-// One model replica. Not thread-safe: forward passes reuse internal work buffers (one model per
-// rank / thread).
+// RobertaForQuestionAnswering and RobertaForMaskedLM (registry rows of the same names). One model
+// replica. Not thread-safe: forward passes reuse internal work buffers (one model per rank / thread).
 //
 // Precision: fp32 computes in float32 (GEMMs through oneDNN's sgemm when the build found libdnnl).
 // bf16 stores the weights in bfloat16 and runs the matrix products, bias adds, residuals and
@@ -62,58 +54,44 @@ int compute_threads();
 // the CPU, so the weights are rounded to float16 at load (the precision of an fp16 checkpoint) and
 // upcast to float32 once, at load; all compute is float32 and compute_dtype() says so, so result
 // files can record it.
-class RobertaModel {
+class RobertaModel : public EncoderModel {
  public:
   // Reads dir/config.json and the safetensors (single file or sharded with an index). Every expected
   // tensor must exist with the expected shape; unexpected tensors are an error except the ones HF
   // ignores (pooler, embeddings.position_ids, a tied lm_head.decoder.weight). Names may carry the
   // "roberta." prefix or not. The model is built on the host whatever the device; src/device takes
-  // its projections over after load.
-  // Quantized checkpoints load as DecoderModel::load describes.
-  // tp: the tensor-parallel group (see DecoderModel::load and roberta.cpp).
-  static std::unique_ptr<RobertaModel> load(const std::string& dir, DType dtype, Device device,
-                                            const std::string& quantization_method = "auto",
-                                            Communicator* tp = nullptr);
-  ~RobertaModel();
+  // its projections over after load. Quantized checkpoints and tensor parallelism as LlamaModel::load.
+  static std::unique_ptr<RobertaModel> load(const ModelLoad& how);
+  ~RobertaModel() override;
   RobertaModel(const RobertaModel&) = delete;
   RobertaModel& operator=(const RobertaModel&) = delete;
 
   const RobertaConfig& config() const;
-
-  // The projections of the layers, for quantization tools (calibration, direct quantization, memory
-  // reports). Each site is one Linear the forward pass calls; it holds the checkpoint layers
-  // `prefixes` side by side (q | k | v), `part_out[i]` outputs each. replace_linear swaps one for a
-  // layer with the same in / out features (any storage: float32 only on the sgemm path).
-  std::vector<quant::LinearSite> linear_sites();
-  // Returns the layer it replaced (calibration wraps a layer and restores it).
-  quant::LinearPtr replace_linear(std::size_t site, quant::LinearPtr layer);
-  // How the checkpoint's layers are stored ("none", "gptq w4 g32 asym act_order", ...).
-  std::string quantization() const;
-  RobertaHead head() const;
-  DType dtype() const;               // as requested
-  const char* compute_dtype() const; // "float32" or "bfloat16": what the arithmetic runs in
+  DType dtype() const;  // as requested
   const std::string& dir() const;
-  // Bytes of weights this rank holds (projections, embeddings, norms, head).
-  std::size_t weight_bytes() const;
-
-  // Inputs: ids and attention mask, row-major [batch, seq] int64, right padding (mask 1 = token,
-  // 0 = padding). Position ids come from ids != pad_token_id, like HF.
-  //
-  // QA: start and end logits, float32 [batch, seq] each (padding positions hold values too).
-  void question_answering(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch, std::int64_t seq,
-                          std::vector<float>& start, std::vector<float>& end);
-
-  // MLM: logits float32 [positions.size(), vocab] at the given (row, position) pairs only.
-  void masked_lm(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch, std::int64_t seq,
-                 const std::vector<std::pair<std::int64_t, std::int64_t>>& positions, std::vector<float>& logits);
-
-  // Hidden states (float32) after the embeddings' LayerNorm and after each layer:
-  // [num_hidden_layers + 1][batch * seq * hidden]. For tests and debugging.
-  std::vector<std::vector<float>> hidden_states(const std::int64_t* ids, const std::int64_t* mask,
-                                                std::int64_t batch, std::int64_t seq);
-
   // SHA-256 over the checkpoint's safetensors files (contents and names, sorted by name).
   std::string weights_sha256() const;
+
+  std::string architecture() const override;
+  std::int64_t vocab_size() const override;
+  std::vector<quant::LinearSite> linear_sites() override;
+  quant::LinearPtr replace_linear(std::size_t site, quant::LinearPtr layer) override;
+  std::string quantization() const override;
+  const char* compute_dtype() const override;
+  std::size_t weight_bytes() const override;
+
+  EncoderHead head() const override;
+  std::int64_t pad_token_id() const override;
+  std::int64_t max_sequence_length() const override;
+  // Position ids come from ids != pad_token_id, like HF.
+  void question_answering(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch, std::int64_t seq,
+                          std::vector<float>& start, std::vector<float>& end) override;
+  void masked_lm(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch, std::int64_t seq,
+                 const std::vector<std::pair<std::int64_t, std::int64_t>>& positions,
+                 std::vector<float>& logits) override;
+  // After the embeddings' LayerNorm and after each layer.
+  std::vector<std::vector<float>> hidden_states(const std::int64_t* ids, const std::int64_t* mask,
+                                                std::int64_t batch, std::int64_t seq) override;
 
   struct Impl;
 

@@ -89,29 +89,23 @@ RobertaConfig RobertaConfig::from_json_file(const std::string& path) {
   return c;
 }
 
-const char* to_string(RobertaHead h) {
+const char* roberta_architecture(EncoderHead h) {
   switch (h) {
-    case RobertaHead::question_answering: return "RobertaForQuestionAnswering";
-    case RobertaHead::masked_lm: return "RobertaForMaskedLM";
+    case EncoderHead::question_answering: return "RobertaForQuestionAnswering";
+    case EncoderHead::masked_lm: return "RobertaForMaskedLM";
   }
   return "?";
 }
 
-RobertaHead head_from_architectures(const std::vector<std::string>& architectures, const std::string& where) {
+EncoderHead head_from_architectures(const std::vector<std::string>& architectures, const std::string& where) {
   if (architectures.size() != 1) {
     throw InputError(where, "expected exactly one architecture, got " + std::to_string(architectures.size()) +
                                 " (supported: RobertaForQuestionAnswering, RobertaForMaskedLM)");
   }
   const std::string& a = architectures[0];
-  if (a == "RobertaForQuestionAnswering") return RobertaHead::question_answering;
-  if (a == "RobertaForMaskedLM") return RobertaHead::masked_lm;
+  if (a == "RobertaForQuestionAnswering") return EncoderHead::question_answering;
+  if (a == "RobertaForMaskedLM") return EncoderHead::masked_lm;
   throw InputError(where, "'" + a + "' is not supported (supported: RobertaForQuestionAnswering, RobertaForMaskedLM)");
 }
-
-void set_compute_threads(int n) {
-  if (n > 0) torch::set_num_threads(n);
-}
-
-int compute_threads() { return torch::get_num_threads(); }
 
 }  // namespace evalrun

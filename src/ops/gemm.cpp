@@ -2,9 +2,12 @@
 
 #include <torch/torch.h>
 
+#include <immintrin.h>
+
 #include <atomic>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #ifdef EVALRUN_HAVE_ONEDNN_MATMUL
 #include <dnnl.hpp>
@@ -71,7 +74,85 @@ void sgemm(char trans_a, char trans_b, std::int64_t m, std::int64_t n, std::int6
   }
 }
 
-bool have_onednn_igemm() { return kCompiled; }
+namespace {
+
+// oneDNN's integer kernels are exact only with VNNI (AVX512-VNNI, AVX-VNNI; AMX CPUs have it too): on
+// AVX2 without it they add pairs of u8 x s8 products in 16 bits with saturation (vpmaddubsw), so
+// products of large values come out wrong (seen on an AVX2-only AMD EPYC). There the exact kernel
+// below runs instead.
+bool onednn_int8_exact() {
+  static const bool exact = __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avxvnni");
+  return exact;
+}
+
+// One output tile of the exact product with B as [N, K] rows: (a - a_zero) widened to int16 once,
+// each B row widened on the fly, pairs multiplied and summed in 32 bits (vpmaddwd): |a - zero| <= 255
+// and |b| <= 128, so nothing saturates.
+__attribute__((target("avx2"))) void exact_tile_avx2(const std::int16_t* a16, const std::int8_t* b, std::int64_t ldb,
+                                                     std::int64_t j0, std::int64_t j1, std::int64_t k, std::int32_t* c) {
+  for (std::int64_t j = j0; j < j1; ++j) {
+    const std::int8_t* br = b + j * ldb;
+    __m256i acc = _mm256_setzero_si256();
+    std::int64_t p = 0;
+    for (; p + 16 <= k; p += 16) {
+      const __m256i bv = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(br + p)));
+      const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a16 + p));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(av, bv));
+    }
+    __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4e));
+    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xb1));
+    std::int32_t total = _mm_cvtsi128_si32(sum);
+    for (; p < k; ++p) total += static_cast<std::int32_t>(a16[p]) * br[p];
+    c[j] = total;
+  }
+}
+
+void exact_tile_scalar(const std::int16_t* a16, const std::int8_t* b, std::int64_t ldb, std::int64_t j0,
+                       std::int64_t j1, std::int64_t k, std::int32_t* c) {
+  for (std::int64_t j = j0; j < j1; ++j) {
+    std::int32_t total = 0;
+    for (std::int64_t p = 0; p < k; ++p) total += static_cast<std::int32_t>(a16[p]) * b[j * ldb + p];
+    c[j] = total;
+  }
+}
+
+// Exact C[M,N] = (A - a_zero) * op(B), parallel over (row, 64 columns) tiles so a decode step's
+// single row still spreads over the threads.
+template <typename A>
+void exact_igemm(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const A* a, std::int64_t lda,
+                 int a_zero, const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  std::vector<std::int8_t> bt;
+  if (trans_b == 'N') {  // B given as [K, N]: transposed once into [N, K] rows
+    bt.resize(static_cast<std::size_t>(n * k));
+    for (std::int64_t p = 0; p < k; ++p) {
+      for (std::int64_t j = 0; j < n; ++j) bt[static_cast<std::size_t>(j * k + p)] = b[p * ldb + j];
+    }
+    b = bt.data();
+    ldb = k;
+  }
+  const bool avx2 = __builtin_cpu_supports("avx2");
+  constexpr std::int64_t kTile = 64;
+  const std::int64_t tiles = (n + kTile - 1) / kTile;
+  at::parallel_for(0, m * tiles, 1, [&](std::int64_t t0, std::int64_t t1) {
+    thread_local std::vector<std::int16_t> a16;
+    if (a16.size() < static_cast<std::size_t>(k)) a16.resize(static_cast<std::size_t>(k));
+    std::int64_t widened = -1;
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const std::int64_t i = t / tiles, j0 = (t % tiles) * kTile, j1 = std::min(n, j0 + kTile);
+      if (i != widened) {
+        for (std::int64_t p = 0; p < k; ++p) a16[static_cast<std::size_t>(p)] = static_cast<std::int16_t>(a[i * lda + p] - a_zero);
+        widened = i;
+      }
+      (avx2 ? exact_tile_avx2 : exact_tile_scalar)(a16.data(), b, ldb, j0, j1, k, c + i * ldc);
+    }
+  });
+}
+
+}  // namespace
+
+bool have_onednn_igemm() { return kCompiled && onednn_int8_exact(); }
 
 #ifdef EVALRUN_HAVE_ONEDNN_MATMUL
 namespace {
@@ -205,6 +286,7 @@ PackedS8Weights::PackedS8Weights(std::int64_t n, std::int64_t k, const std::int8
   impl_->k = k;
   impl_->b = b;
   impl_->a_unsigned = a_unsigned;
+  if (!onednn_int8_exact()) return;  // the exact kernel reads the plain weights
   try {
     // The layout the kernels want, asked of a representative product (256 rows); other row counts
     // take it too, or fall back to the plain weights.
@@ -294,31 +376,13 @@ std::string igemm_implementation() {
     if (!e.failed) return "oneDNN matmul (no product run yet)";
   }
 #endif
+  if (kCompiled && !onednn_int8_exact()) return "exact AVX2 kernel (oneDNN's int8 kernels saturate without VNNI)";
   return kCompiled ? "oneDNN dnnl_gemm_*" : "C++ loop";
 }
 
-namespace {
-// Reference integer product for builds without oneDNN: int32 accumulation, exact.
-template <typename A>
-void igemm_loop(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const A* a, std::int64_t lda, int a_zero,
-                const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc) {
-  at::parallel_for(0, m, 1, [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t i = r0; i < r1; ++i) {
-      for (std::int64_t j = 0; j < n; ++j) {
-        std::int32_t acc = 0;
-        for (std::int64_t p = 0; p < k; ++p) {
-          const std::int32_t bv = trans_b == 'N' ? b[p * ldb + j] : b[j * ldb + p];
-          acc += (static_cast<std::int32_t>(a[i * lda + p]) - a_zero) * bv;
-        }
-        c[i * ldc + j] = acc;
-      }
-    }
-  });
-}
-}  // namespace
-
 void gemm_u8s8s32(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const std::uint8_t* a, std::int64_t lda,
                   std::uint8_t a_zero, const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc) {
+  if (!have_onednn_igemm()) return exact_igemm(trans_b, m, n, k, a, lda, a_zero, b, ldb, c, ldc);
 #ifdef EVALRUN_HAVE_ONEDNN_MATMUL
   if (matmul_igemm(trans_b, m, n, k, a, true, lda, a_zero, b, ldb, c, ldc)) return;
 #endif
@@ -327,13 +391,12 @@ void gemm_u8s8s32(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, 
   const int status =
       dnnl_gemm_u8s8s32('N', trans_b, 'F', m, n, k, 1.0f, a, lda, a_zero, b, ldb, 0, 0.0f, c, ldc, &co);
   if (status != 0) throw std::runtime_error("dnnl_gemm_u8s8s32 failed with status " + std::to_string(status));
-#else
-  igemm_loop(trans_b, m, n, k, a, lda, a_zero, b, ldb, c, ldc);
 #endif
 }
 
 void gemm_s8s8s32(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a, std::int64_t lda,
                   const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc) {
+  if (!have_onednn_igemm()) return exact_igemm(trans_b, m, n, k, a, lda, 0, b, ldb, c, ldc);
 #ifdef EVALRUN_HAVE_ONEDNN_MATMUL
   if (matmul_igemm(trans_b, m, n, k, a, false, lda, 0, b, ldb, c, ldc)) return;
 #endif
@@ -341,8 +404,6 @@ void gemm_s8s8s32(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, 
   const std::int32_t co = 0;
   const int status = dnnl_gemm_s8s8s32('N', trans_b, 'F', m, n, k, 1.0f, a, lda, 0, b, ldb, 0, 0.0f, c, ldc, &co);
   if (status != 0) throw std::runtime_error("dnnl_gemm_s8s8s32 failed with status " + std::to_string(status));
-#else
-  igemm_loop(trans_b, m, n, k, a, lda, 0, b, ldb, c, ldc);
 #endif
 }
 

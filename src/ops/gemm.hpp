@@ -24,7 +24,8 @@ void sgemm(char trans_a, char trans_b, std::int64_t m, std::int64_t n, std::int6
 // True when the integer products below run on oneDNN; false: a plain C++ loop (correct, slow), used
 // when the build found no libdnnl. With oneDNN's headers (Debian's libdnnl-dev) they run on its
 // matmul primitive (AMX or VNNI kernels where the CPU has them), else on its dnnl_gemm_* functions
-// (VNNI at most).
+// (VNNI at most). oneDNN's integer kernels are exact only with VNNI: on a CPU without it (AVX2 only)
+// this is false and an exact AVX2 kernel of our own runs the products.
 bool have_onednn_igemm();
 // Which of those ran the last integer product, e.g. "oneDNN matmul brg:avx512_core_amx_int8".
 std::string igemm_implementation();

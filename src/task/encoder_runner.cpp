@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "dist/sharding.hpp"
-#include "model/roberta.hpp"
+#include "model/model.hpp"
 
 namespace evalrun {
 namespace {
@@ -43,7 +43,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-std::vector<QaItemResult> run_qa_items(RobertaModel& model, const std::vector<EncoderItem>& items,
+std::vector<QaItemResult> run_qa_items(EncoderModel& model, const std::vector<EncoderItem>& items,
                                        const EncoderBatchOptions& options, const BatchDone<QaItemResult>& batch_done) {
   std::vector<QaItemResult> results(items.size());
   std::vector<float> start, end;
@@ -71,7 +71,7 @@ std::vector<QaItemResult> run_qa_items(RobertaModel& model, const std::vector<En
   return results;
 }
 
-std::vector<MlmItemResult> run_mlm_items(RobertaModel& model, const std::vector<EncoderItem>& items,
+std::vector<MlmItemResult> run_mlm_items(EncoderModel& model, const std::vector<EncoderItem>& items,
                                          const EncoderBatchOptions& options,
                                          const BatchDone<MlmItemResult>& batch_done) {
   std::vector<MlmItemResult> results(items.size());

@@ -11,7 +11,7 @@
 
 namespace evalrun {
 
-class RobertaModel;
+class EncoderModel;
 
 struct EncoderItem {
   std::uint64_t index = 0;                  // global feature index
@@ -39,9 +39,9 @@ struct MlmItemResult {
   double seconds = 0.0;
 };
 
-std::vector<QaItemResult> run_qa_items(RobertaModel& model, const std::vector<EncoderItem>& items,
+std::vector<QaItemResult> run_qa_items(EncoderModel& model, const std::vector<EncoderItem>& items,
                                        const EncoderBatchOptions& options, const BatchDone<QaItemResult>& batch_done = {});
-std::vector<MlmItemResult> run_mlm_items(RobertaModel& model, const std::vector<EncoderItem>& items,
+std::vector<MlmItemResult> run_mlm_items(EncoderModel& model, const std::vector<EncoderItem>& items,
                                          const EncoderBatchOptions& options,
                                          const BatchDone<MlmItemResult>& batch_done = {});
 

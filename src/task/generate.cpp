@@ -6,7 +6,7 @@
 
 #include "common/errors.hpp"
 #include "dist/sharding.hpp"
-#include "model/llama.hpp"
+#include "model/model.hpp"
 #include "task/mlm.hpp"
 
 namespace evalrun {
@@ -75,12 +75,12 @@ std::vector<GenerationItem> prepare_generation_items(const std::vector<Prompt>& 
   return items;
 }
 
-std::vector<GenerationResult> run_generation(DecoderModel& model, const std::vector<GenerationItem>& items,
+std::vector<GenerationResult> run_generation(CausalLM& model, const std::vector<GenerationItem>& items,
                                              const GenerationOptions& options,
                                              const std::vector<std::int64_t>& stop_ids, std::int64_t pad_id,
                                              const BatchDone<GenerationResult>& batch_done) {
   check_options(options);
-  const std::int64_t vocab = model.config().vocab_size;
+  const std::int64_t vocab = model.vocab_size();
   std::vector<GenerationResult> results(items.size());
   std::vector<std::int64_t> lengths;
   lengths.reserve(items.size());

@@ -20,7 +20,7 @@
 
 namespace evalrun {
 
-class DecoderModel;
+class CausalLM;
 
 struct GenerationOptions {
   int max_new_tokens = 100;
@@ -97,7 +97,7 @@ struct GenerationResult {
 // outputs discarded) until the whole batch is done. Forced items (forced_ids set) may share batches
 // with free ones; each row runs its own number of steps. Empty or out-of-vocabulary forced ids are an
 // InputError naming the prompt.
-std::vector<GenerationResult> run_generation(DecoderModel& model, const std::vector<GenerationItem>& items,
+std::vector<GenerationResult> run_generation(CausalLM& model, const std::vector<GenerationItem>& items,
                                              const GenerationOptions& options,
                                              const std::vector<std::int64_t>& stop_ids, std::int64_t pad_id,
                                              const BatchDone<GenerationResult>& batch_done = {});

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "common/errors.hpp"
-#include "model/llama.hpp"
+#include "model/model.hpp"
 #include "task/mlm.hpp"
 
 namespace evalrun {
@@ -33,13 +33,13 @@ std::vector<PerplexityWindow> make_perplexity_windows(std::int64_t n_tokens, int
   return windows;
 }
 
-std::vector<WindowScores> score_perplexity_windows(DecoderModel& model, const std::vector<std::int64_t>& tokens,
+std::vector<WindowScores> score_perplexity_windows(CausalLM& model, const std::vector<std::int64_t>& tokens,
                                                    const std::vector<PerplexityWindow>& windows,
                                                    const PerplexityOptions& options,
                                                    const BatchDone<WindowScores>& batch_done) {
   if (options.batch_size < 1) throw InputError("perplexity: batch_size", "must be at least 1");
   if (options.keep_logits < -1) throw InputError("perplexity: keep_logits", "must be -1, 0 or k > 0");
-  const std::int64_t vocab = model.config().vocab_size;
+  const std::int64_t vocab = model.vocab_size();
   const auto n = static_cast<std::int64_t>(tokens.size());
   for (const auto& w : windows) {
     if (w.begin < 0 || w.end > n || w.begin >= w.end || w.score_from <= w.begin || w.score_from > w.end) {
@@ -140,7 +140,7 @@ PerplexitySummary summarize_perplexity(const std::vector<double>& log_probs) {
   return s;
 }
 
-PerplexityResult run_perplexity(DecoderModel& model, const std::vector<std::int64_t>& tokens,
+PerplexityResult run_perplexity(CausalLM& model, const std::vector<std::int64_t>& tokens,
                                 const PerplexityOptions& options) {
   PerplexityResult r;
   r.windows = make_perplexity_windows(static_cast<std::int64_t>(tokens.size()), options.context_length, options.stride);

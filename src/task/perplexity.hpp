@@ -26,7 +26,7 @@
 
 namespace evalrun {
 
-class DecoderModel;
+class CausalLM;
 
 struct PerplexityOptions {
   int context_length = 0;  // tokens per window (>= 2); e.g. the model's max_position_embeddings
@@ -62,7 +62,7 @@ struct WindowScores {
 // Runs the given windows (any subset of make_perplexity_windows' result) over `tokens`; results in
 // the order of `windows`. Each batch: forward with all_positions = true on a fresh cache, positions
 // 0.. within the window, no padding (a batch only holds windows of one length).
-std::vector<WindowScores> score_perplexity_windows(DecoderModel& model, const std::vector<std::int64_t>& tokens,
+std::vector<WindowScores> score_perplexity_windows(CausalLM& model, const std::vector<std::int64_t>& tokens,
                                                    const std::vector<PerplexityWindow>& windows,
                                                    const PerplexityOptions& options,
                                                    const BatchDone<WindowScores>& batch_done = {});
@@ -82,7 +82,7 @@ struct PerplexityResult {
   std::vector<WindowScores> scores;  // one per window
   PerplexitySummary summary;
 };
-PerplexityResult run_perplexity(DecoderModel& model, const std::vector<std::int64_t>& tokens,
+PerplexityResult run_perplexity(CausalLM& model, const std::vector<std::int64_t>& tokens,
                                 const PerplexityOptions& options);
 
 }  // namespace evalrun

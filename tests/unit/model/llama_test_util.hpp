@@ -1,4 +1,4 @@
-// Helpers shared by the Llama tests: greedy generation through DecoderModel::forward and the cache,
+// Helpers shared by the Llama tests: greedy generation through LlamaModel::forward and the cache,
 // for one or several left-padded prompts.
 #pragma once
 
@@ -33,7 +33,7 @@ struct Generation {
 
 // Greedy decoding of `steps` tokens for all prompts at once, left-padded to the longest (pad id 0,
 // position 0, key_mask 0). `forced`, if given, replaces the argmax by the given tokens (teacher forcing).
-inline Generation generate(DecoderModel& model, const std::vector<std::vector<std::int64_t>>& prompts, int steps,
+inline Generation generate(LlamaModel& model, const std::vector<std::vector<std::int64_t>>& prompts, int steps,
                            const std::vector<std::vector<std::int64_t>>* forced = nullptr) {
   const std::int64_t B = static_cast<std::int64_t>(prompts.size()), V = model.config().vocab_size;
   std::int64_t L = 0;
@@ -73,7 +73,7 @@ inline Generation generate(DecoderModel& model, const std::vector<std::vector<st
     mask = mask_upto(L + s + 1);
     model.forward(next.data(), next_pos.data(), mask.data(), B, 1, *cache, false, logits);
   }
-  EXPECT_EQ(DecoderModel::cached_length(*cache), L + steps - 1);
+  EXPECT_EQ(cache->length(), L + steps - 1);
   return g;
 }
 

@@ -18,7 +18,7 @@
 #include "io/safetensors.hpp"
 #include "ops/gemm.hpp"
 #include "model/llama.hpp"
-#include "model/make_model.hpp"
+#include "fixtures/make_model.hpp"
 #include "llama_test_util.hpp"
 #include "test_util.hpp"
 
@@ -164,7 +164,7 @@ std::vector<float> naive_logits(const std::string& dir, const std::vector<std::i
 }
 
 // All-position logits of one unpadded sequence.
-std::vector<float> model_logits(DecoderModel& m, const std::vector<std::int64_t>& ids) {
+std::vector<float> model_logits(LlamaModel& m, const std::vector<std::int64_t>& ids) {
   const std::int64_t L = ids.size();
   auto cache = m.new_cache(1, L);
   std::vector<std::int64_t> pos(L), mask(L, 1);
@@ -175,7 +175,7 @@ std::vector<float> model_logits(DecoderModel& m, const std::vector<std::int64_t>
 }
 
 TEST_F(TinyLlama, MakeModelWritesLoadableDeterministicCheckpoints) {
-  auto model = DecoderModel::load(llama_dir(), DType::fp32, Device::cpu);
+  auto model = LlamaModel::load({llama_dir(), DType::fp32, Device::cpu});
   const LlamaConfig& c = model->config();
   EXPECT_EQ(c.model_type, "llama");
   EXPECT_EQ(c.architectures, std::vector<std::string>{"LlamaForCausalLM"});
@@ -195,7 +195,7 @@ TEST_F(TinyLlama, MakeModelWritesLoadableDeterministicCheckpoints) {
   EXPECT_DOUBLE_EQ(c.embedding_multiplier, 1.0);
   EXPECT_STREQ(model->compute_dtype(), "float32");
 
-  auto granite = DecoderModel::load(granite_dir(), DType::fp32, Device::cpu);
+  auto granite = LlamaModel::load({granite_dir(), DType::fp32, Device::cpu});
   const LlamaConfig& g = granite->config();
   EXPECT_EQ(g.model_type, "granite");
   EXPECT_EQ(g.architectures, std::vector<std::string>{"GraniteForCausalLM"});
@@ -227,7 +227,7 @@ TEST_F(TinyLlama, MakeModelWritesLoadableDeterministicCheckpoints) {
 
 TEST_F(TinyLlama, LlamaAndGraniteMatchNaiveForward) {
   for (const auto& dir : {llama_dir(), granite_dir()}) {
-    auto model = DecoderModel::load(dir, DType::fp32, Device::cpu);
+    auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
     for (std::int64_t len : {1, 9, 40}) {
       auto ids = sequence(len, len);
       auto got = model_logits(*model, ids);
@@ -242,7 +242,7 @@ TEST_F(TinyLlama, LlamaAndGraniteMatchNaiveForward) {
 // to its Llama value changes the logits, and the naive model with the same config still agrees.
 TEST_F(TinyLlama, GraniteMultipliersEachMatter) {
   const auto ids = sequence(20, 3);
-  auto base = model_logits(*DecoderModel::load(granite_dir(), DType::fp32, Device::cpu), ids);
+  auto base = model_logits(*LlamaModel::load({granite_dir(), DType::fp32, Device::cpu}), ids);
   const std::vector<std::pair<std::string, std::function<void(json&)>>> edits = {
       {"as-llama",
        [](json& c) {
@@ -256,7 +256,7 @@ TEST_F(TinyLlama, GraniteMultipliersEachMatter) {
   };
   for (const auto& [name, edit] : edits) {
     const std::string dir = config_copy(granite_dir(), "granite-" + name, edit);
-    auto got = model_logits(*DecoderModel::load(dir, DType::fp32, Device::cpu), ids);
+    auto got = model_logits(*LlamaModel::load({dir, DType::fp32, Device::cpu}), ids);
     EXPECT_GT(max_abs_diff(got, base), 1e-3f) << name;
     EXPECT_LT(max_abs_diff(got, naive_logits(dir, ids)), 1e-5f) << name;
   }
@@ -264,7 +264,7 @@ TEST_F(TinyLlama, GraniteMultipliersEachMatter) {
 
 TEST_F(TinyLlama, CachedDecodeMatchesFullRecompute) {
   for (const auto& dir : {llama_dir(), granite_dir()}) {
-    auto model = DecoderModel::load(dir, DType::fp32, Device::cpu);
+    auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
     const auto seq = sequence(30, 5);
     const auto full = model_logits(*model, seq);  // teacher-forced single forward
     // Prompt of 6, then 24 forced single-token steps.
@@ -285,7 +285,7 @@ TEST_F(TinyLlama, CachedDecodeMatchesFullRecompute) {
       model->forward(seq.data() + done, pos.data(), mask.data(), 1, chunk, *cache, true, logits);
       EXPECT_LT(max_abs_diff(logits.data(), full.data() + done * kVocab, chunk * kVocab), 1e-5f) << dir << " chunk at " << done;
       done += chunk;
-      EXPECT_EQ(DecoderModel::cached_length(*cache), done);
+      EXPECT_EQ(cache->length(), done);
     }
   }
 }
@@ -293,7 +293,7 @@ TEST_F(TinyLlama, CachedDecodeMatchesFullRecompute) {
 TEST_F(TinyLlama, LeftPaddedBatchMatchesRowsAlone) {
   for (bool fast : {true, false}) {
     ops::set_onednn_sgemm_enabled(fast);
-    auto model = DecoderModel::load(granite_dir(), DType::fp32, Device::cpu);
+    auto model = LlamaModel::load({granite_dir(), DType::fp32, Device::cpu});
     ops::set_onednn_sgemm_enabled(true);
     const std::vector<std::vector<std::int64_t>> prompts = {sequence(3, 1), sequence(11, 2), sequence(1, 3),
                                                             sequence(7, 4)};
@@ -310,9 +310,9 @@ TEST_F(TinyLlama, LeftPaddedBatchMatchesRowsAlone) {
 }
 
 TEST_F(TinyLlama, TorchFallbackPathMatchesOneDnnPath) {
-  auto fast = DecoderModel::load(llama_dir(), DType::fp32, Device::cpu);
+  auto fast = LlamaModel::load({llama_dir(), DType::fp32, Device::cpu});
   ops::set_onednn_sgemm_enabled(false);
-  auto slow = DecoderModel::load(llama_dir(), DType::fp32, Device::cpu);
+  auto slow = LlamaModel::load({llama_dir(), DType::fp32, Device::cpu});
   ops::set_onednn_sgemm_enabled(true);
   const auto ids = sequence(17, 9);
   EXPECT_LT(max_abs_diff(model_logits(*fast, ids), model_logits(*slow, ids)), 1e-5f);
@@ -337,27 +337,27 @@ TEST_F(TinyLlama, Llama3RopeScalingMatchesFormula) {
   const std::string scaled_dir = config_copy(llama_dir(), "llama3-rope", with_scaling(8.0, "rope_type"));
   const std::string legacy_key_dir = config_copy(llama_dir(), "llama3-rope-type", with_scaling(8.0, "type"));
   const std::string unit_dir = config_copy(llama_dir(), "llama3-rope-1", with_scaling(1.0, "rope_type"));
-  auto scaled = DecoderModel::load(scaled_dir, DType::fp32, Device::cpu);
+  auto scaled = LlamaModel::load({scaled_dir, DType::fp32, Device::cpu});
   EXPECT_EQ(scaled->config().rope_type, "llama3");
   EXPECT_EQ(scaled->config().rope_original_max_position_embeddings, 64);
-  auto plain = DecoderModel::load(llama_dir(), DType::fp32, Device::cpu);
+  auto plain = LlamaModel::load({llama_dir(), DType::fp32, Device::cpu});
   const std::int64_t L = 300;
   const auto ids = sequence(L, 8);
   const auto got = model_logits(*scaled, ids);
   const auto base = model_logits(*plain, ids);
   EXPECT_LT(max_abs_diff(got, naive_logits(scaled_dir, ids)), 1e-4f);
-  EXPECT_EQ(max_abs_diff(got, model_logits(*DecoderModel::load(legacy_key_dir, DType::fp32, Device::cpu), ids)), 0.0f);
+  EXPECT_EQ(max_abs_diff(got, model_logits(*LlamaModel::load({legacy_key_dir, DType::fp32, Device::cpu}), ids)), 0.0f);
   // Position 0 is not rotated at all; later positions see the slower low frequencies.
   EXPECT_EQ(max_abs_diff(got.data(), base.data(), kVocab), 0.0f);
   EXPECT_GT(max_abs_diff(got.data() + (L - 50) * kVocab, base.data() + (L - 50) * kVocab, 50 * kVocab), 1e-3f);
   // factor 1 is no scaling.
-  EXPECT_LT(max_abs_diff(model_logits(*DecoderModel::load(unit_dir, DType::fp32, Device::cpu), ids), base), 1e-5f);
+  EXPECT_LT(max_abs_diff(model_logits(*LlamaModel::load({unit_dir, DType::fp32, Device::cpu}), ids), base), 1e-5f);
 }
 
 TEST_F(TinyLlama, Bf16AndFp16CloseToFp32) {
-  auto ref = DecoderModel::load(granite_dir(), DType::fp32, Device::cpu);
-  auto bf16 = DecoderModel::load(granite_dir(), DType::bf16, Device::cpu);
-  auto fp16 = DecoderModel::load(granite_dir(), DType::fp16, Device::cpu);
+  auto ref = LlamaModel::load({granite_dir(), DType::fp32, Device::cpu});
+  auto bf16 = LlamaModel::load({granite_dir(), DType::bf16, Device::cpu});
+  auto fp16 = LlamaModel::load({granite_dir(), DType::fp16, Device::cpu});
   EXPECT_STREQ(bf16->compute_dtype(), "bfloat16");
   EXPECT_STREQ(fp16->compute_dtype(), "float32");
   const auto ids = sequence(24, 6);
@@ -381,7 +381,7 @@ TEST_F(TinyLlama, Bf16AndFp16CloseToFp32) {
 
 TEST_F(TinyLlama, ErrorsNameTheKeyOrTensor) {
   auto load_error = [&](const std::string& dir) {
-    return input_error([&] { DecoderModel::load(dir, DType::fp32, Device::cpu); });
+    return input_error([&] { LlamaModel::load({dir, DType::fp32, Device::cpu}); });
   };
   auto has = [](const std::string& msg, const std::string& part) { return msg.find(part) != std::string::npos; };
 
@@ -441,10 +441,10 @@ TEST_F(TinyLlama, ErrorsNameTheKeyOrTensor) {
         t.erase(std::remove_if(t.begin(), t.end(), [](auto& x) { return x.name == "lm_head.weight"; }), t.end());
       },
       [](json& c) { c["tie_word_embeddings"] = true; });
-  auto tied_model = DecoderModel::load(tied, DType::fp32, Device::cpu);
+  auto tied_model = LlamaModel::load({tied, DType::fp32, Device::cpu});
   EXPECT_LT(max_abs_diff(model_logits(*tied_model, sequence(5, 1)), naive_logits(tied, sequence(5, 1))), 1e-5f);
 
-  auto model = DecoderModel::load(llama_dir(), DType::fp32, Device::cpu);
+  auto model = LlamaModel::load({llama_dir(), DType::fp32, Device::cpu});
   auto cache = model->new_cache(1, 4);
   std::vector<std::int64_t> ids = {1, kVocab}, pos = {0, 1}, mask = {1, 1};
   std::vector<float> logits;
@@ -454,7 +454,7 @@ TEST_F(TinyLlama, ErrorsNameTheKeyOrTensor) {
   pos = {0, 1, 2, 3, 4};
   mask.assign(5, 1);
   EXPECT_THROW(model->forward(ids.data(), pos.data(), mask.data(), 1, 5, *cache, false, logits), std::invalid_argument);
-  EXPECT_EQ(DecoderModel::cached_length(*cache), 0);
+  EXPECT_EQ(cache->length(), 0);
 }
 
 }  // namespace

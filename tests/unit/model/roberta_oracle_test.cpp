@@ -51,8 +51,8 @@ Padded pad_rows(const std::vector<std::vector<std::int64_t>>& rows, std::int64_t
 TEST(RobertaOracle, QuestionAnsweringLogitsMatchHuggingFace) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const std::string dir = data + "/oracle/roberta-qa";
-  auto model = RobertaModel::load(dir, DType::fp32, Device::cpu);
-  ASSERT_EQ(model->head(), RobertaHead::question_answering);
+  auto model = RobertaModel::load({dir, DType::fp32, Device::cpu});
+  ASSERT_EQ(model->head(), EncoderHead::question_answering);
   EXPECT_EQ(model->config().hidden_size, 48);
   H5Reader ref(dir + "/reference.h5");
   const int n = static_cast<int>(ref.attr_int("/", "n_features"));
@@ -99,8 +99,8 @@ TEST(RobertaOracle, QuestionAnsweringLogitsMatchHuggingFace) {
 TEST(RobertaOracle, MaskedLmHiddenStatesAndLogitsMatchHuggingFace) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const std::string dir = data + "/oracle/roberta-mlm";
-  auto model = RobertaModel::load(dir, DType::fp32, Device::cpu);
-  ASSERT_EQ(model->head(), RobertaHead::masked_lm);
+  auto model = RobertaModel::load({dir, DType::fp32, Device::cpu});
+  ASSERT_EQ(model->head(), EncoderHead::masked_lm);
   const std::int64_t H = model->config().hidden_size, V = model->config().vocab_size;
   H5Reader ref(dir + "/reference.h5");
   const auto ids_list = ref.read_strings("/ids");
@@ -171,15 +171,17 @@ TEST(RobertaOracle, MaskedLmHiddenStatesAndLogitsMatchHuggingFace) {
   // The torch fallback path (no oneDNN sgemm; head_dim 16 folds the attention scale into the query
   // weights) and bfloat16 on the same padded batch.
   ops::set_onednn_sgemm_enabled(false);
-  auto slow = RobertaModel::load(dir, DType::fp32, Device::cpu);
+  auto slow = RobertaModel::load({dir, DType::fp32, Device::cpu});
   ops::set_onednn_sgemm_enabled(true);
   slow->masked_lm(p.ids.data(), p.mask.data(), rows.size(), p.seq, pairs, logits);
   const float worst_slow = max_abs_diff(logits.data(), want.data(), want.size());
   EXPECT_LT(worst_slow, 1e-4f);
-  auto bf16 = RobertaModel::load(dir, DType::bf16, Device::cpu);
+  auto bf16 = RobertaModel::load({dir, DType::bf16, Device::cpu});
   bf16->masked_lm(p.ids.data(), p.mask.data(), rows.size(), p.seq, pairs, logits);
   const float worst_bf16 = max_abs_diff(logits.data(), want.data(), want.size());
-  EXPECT_LT(worst_bf16, 0.5f);  // |logits| <= 9.2; bfloat16 keeps 8 bits of mantissa (0.22 here)
+  // |logits| <= 9.2; bfloat16 keeps 8 bits of mantissa: 0.22 on a CPU with AVX512-BF16, 0.65 on an
+  // AVX2-only one (AMD EPYC), where oneDNN emulates the bfloat16 products and rounds more often.
+  EXPECT_LT(worst_bf16, 1.0f);
   std::printf("roberta-mlm padded batch: torch fallback path %.3g, bf16 %.3g\n", worst_slow, worst_bf16);
 }
 

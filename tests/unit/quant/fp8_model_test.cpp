@@ -16,8 +16,8 @@
 
 #include "io/safetensors.hpp"
 #include "model/llama.hpp"
-#include "model/make_model.hpp"
-#include "model/make_quantized.hpp"
+#include "fixtures/make_model.hpp"
+#include "fixtures/make_quantized.hpp"
 #include "model/roberta.hpp"
 #include "quant/dense.hpp"
 #include "test_util.hpp"
@@ -128,7 +128,7 @@ class Fp8Models : public ::testing::Test {
     make_llama_checkpoint((dir_ / "llama-float").string(), "tiny-llama", 4);
     fs::copy(dir_ / "llama-float", dir_ / "llama");
     make_fp8_checkpoint((dir_ / "llama").string(), quant::Fp8Settings{false}, true, 4);
-    make_roberta_checkpoint((dir_ / "roberta-float").string(), "tiny", RobertaHead::question_answering, 4);
+    make_roberta_checkpoint((dir_ / "roberta-float").string(), "tiny", EncoderHead::question_answering, 4);
     fs::copy(dir_ / "roberta-float", dir_ / "roberta");
     make_fp8_checkpoint((dir_ / "roberta").string(), quant::Fp8Settings{true}, false, 4);
   }
@@ -140,7 +140,7 @@ const std::vector<std::vector<std::int64_t>> kPrompts = {
     {1, 17, 99, 4, 200, 31, 8}, {1, 250}, {1, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 77}};
 
 TEST_F(Fp8Models, LlamaMatchesEmulationAndIsBatchIndependent) {
-  auto q = DecoderModel::load((dir_ / "llama").string(), DType::fp32, Device::cpu, "fp8");
+  auto q = LlamaModel::load({(dir_ / "llama").string(), DType::fp32, Device::cpu, "fp8"});
   EXPECT_EQ(q->quantization(), "fp8 e4m3 dynamic");
   // the weights stay one byte each
   std::size_t resident = 0, weights = 0;
@@ -150,7 +150,7 @@ TEST_F(Fp8Models, LlamaMatchesEmulationAndIsBatchIndependent) {
   }
   EXPECT_LT(resident, weights + weights / 8);
 
-  auto e = DecoderModel::load((dir_ / "llama").string(), DType::fp32, Device::cpu);
+  auto e = LlamaModel::load({(dir_ / "llama").string(), DType::fp32, Device::cpu});
   emulate(*e, (dir_ / "llama").string(), false);
   auto ref = testing::generate(*e, kPrompts, 10);
   auto got = testing::generate(*q, kPrompts, 10, &ref.tokens);
@@ -168,7 +168,7 @@ TEST_F(Fp8Models, LlamaMatchesEmulationAndIsBatchIndependent) {
   }
   EXPECT_LT(worst_batch, 1e-5f);
   // and close to, but not the same as, the float model it came from
-  auto f = DecoderModel::load((dir_ / "llama-float").string(), DType::fp32, Device::cpu);
+  auto f = LlamaModel::load({(dir_ / "llama-float").string(), DType::fp32, Device::cpu});
   auto fl = testing::generate(*f, kPrompts, 10, &ref.tokens);
   float worst_float = 0;
   for (std::size_t b = 0; b < kPrompts.size(); ++b) {
@@ -180,9 +180,9 @@ TEST_F(Fp8Models, LlamaMatchesEmulationAndIsBatchIndependent) {
 }
 
 TEST_F(Fp8Models, RobertaStaticActivationsMatchEmulation) {
-  auto q = RobertaModel::load((dir_ / "roberta").string(), DType::fp32, Device::cpu);
+  auto q = RobertaModel::load({(dir_ / "roberta").string(), DType::fp32, Device::cpu});
   EXPECT_EQ(q->quantization(), "fp8 e4m3 static");
-  auto e = RobertaModel::load((dir_ / "roberta").string(), DType::fp32, Device::cpu);
+  auto e = RobertaModel::load({(dir_ / "roberta").string(), DType::fp32, Device::cpu});
   emulate(*e, (dir_ / "roberta").string(), true);
   const std::int64_t B = 3, L = 20;
   std::vector<std::int64_t> ids(B * L), mask(B * L, 1);

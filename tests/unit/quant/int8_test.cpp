@@ -18,7 +18,7 @@
 
 #include "common/errors.hpp"
 #include "io/safetensors.hpp"
-#include "model/make_model.hpp"
+#include "fixtures/make_model.hpp"
 #include "model/roberta.hpp"
 #include "ops/gemm.hpp"
 #include "quant/dense.hpp"
@@ -616,7 +616,7 @@ class TinyRobertaInt8 : public ::testing::Test {
   static void SetUpTestSuite() {
     root_ = new fs::path(testing::make_temp_dir("evalrun-int8-roberta"));
     const fs::path dir = *root_ / "qa";
-    make_roberta_checkpoint(dir.string(), "tiny", RobertaHead::question_answering, 3, kVocab);
+    make_roberta_checkpoint(dir.string(), "tiny", EncoderHead::question_answering, 3, kVocab);
     // HF's init (std 0.02) leaves the tiny model's layers nearly idle next to the residual stream, so
     // their quantization would barely show in the logits: the projections and the head are scaled up
     // (std 0.3: pre-activations of order 1, like a trained model's) to make the logits depend on them.
@@ -656,7 +656,7 @@ class TinyRobertaInt8 : public ::testing::Test {
   static std::unique_ptr<RobertaModel> quantized(const Int8Settings& base, int calib,
                                                  std::vector<quant::QuantizedSite>* keep = nullptr,
                                                  Int8Settings* out_settings = nullptr) {
-    auto model = RobertaModel::load(qa_dir(), DType::fp32, Device::cpu);
+    auto model = RobertaModel::load({qa_dir(), DType::fp32, Device::cpu});
     Int8Settings s = base;
     auto replace = [&](std::size_t i, quant::LinearPtr l) { return model->replace_linear(i, std::move(l)); };
     auto calibrate = [&] {
@@ -709,7 +709,7 @@ class TinyRobertaInt8 : public ::testing::Test {
 fs::path* TinyRobertaInt8::root_ = nullptr;
 
 TEST_F(TinyRobertaInt8, QaLogitsStayCloseToFp32InEveryMode) {
-  auto ref_model = RobertaModel::load(qa_dir(), DType::fp32, Device::cpu);
+  auto ref_model = RobertaModel::load({qa_dir(), DType::fp32, Device::cpu});
   const std::vector<std::vector<std::int64_t>> seqs = {sequence(40, 1), sequence(25, 2), sequence(33, 3)};
   const Batch b = padded(seqs, 40);
   std::vector<float> rs, re;
@@ -802,7 +802,7 @@ TEST_F(TinyRobertaInt8, WrittenCheckpointLoadsAsTheSameModel) {
   cfg["quantization_config"] = s.to_json();
   std::ofstream(out / "config.json") << cfg.dump(2);
 
-  auto loaded = RobertaModel::load(out.string(), DType::fp32, Device::cpu, "int8");
+  auto loaded = RobertaModel::load({out.string(), DType::fp32, Device::cpu, "int8"});
   EXPECT_NE(loaded->quantization().find("per_tensor_symm"), std::string::npos) << loaded->quantization();
   const Batch b = padded({sequence(20, 7), sequence(14, 8)}, 20);
   std::vector<float> s1, e1, s2, e2;
@@ -811,8 +811,8 @@ TEST_F(TinyRobertaInt8, WrittenCheckpointLoadsAsTheSameModel) {
   EXPECT_EQ(s1, s2);
   EXPECT_EQ(e1, e2);
   // A run that asks for another method is refused; a tensor missing is named.
-  EXPECT_THROW(RobertaModel::load(out.string(), DType::fp32, Device::cpu, "gptq"), InputError);
-  expect_input_error([&] { RobertaModel::load(out.string(), DType::bf16, Device::cpu); }, "model.dtype");
+  EXPECT_THROW(RobertaModel::load({out.string(), DType::fp32, Device::cpu, "gptq"}), InputError);
+  expect_input_error([&] { RobertaModel::load({out.string(), DType::bf16, Device::cpu}); }, "model.dtype");
 }
 
 }  // namespace

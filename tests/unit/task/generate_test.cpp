@@ -11,9 +11,9 @@
 
 #include "common/errors.hpp"
 #include "model/llama.hpp"
-#include "model/make_model.hpp"
+#include "fixtures/make_model.hpp"
 #include "test_util.hpp"
-#include "tokenizer/tiny_bpe.hpp"
+#include "fixtures/tiny_bpe.hpp"
 
 namespace evalrun {
 namespace {
@@ -29,7 +29,7 @@ class TinyLlama : public ::testing::Test {
     dir_ = new fs::path(testing::make_temp_dir("evalrun-gen"));
     make_llama_checkpoint(dir_->string(), "tiny-llama", 11, kVocab);
     write_tiny_bpe_tokenizer(dir_->string(), static_cast<int>(kVocab));
-    model_ = DecoderModel::load(dir_->string(), DType::fp32, Device::cpu).release();
+    model_ = LlamaModel::load({dir_->string(), DType::fp32, Device::cpu}).release();
   }
   static void TearDownTestSuite() {
     delete model_;
@@ -76,10 +76,10 @@ class TinyLlama : public ::testing::Test {
   }
 
   static fs::path* dir_;
-  static DecoderModel* model_;
+  static LlamaModel* model_;
 };
 fs::path* TinyLlama::dir_ = nullptr;
-DecoderModel* TinyLlama::model_ = nullptr;
+LlamaModel* TinyLlama::model_ = nullptr;
 
 TEST_F(TinyLlama, BatchSizeAndPaddingDoNotChangeTokensOrLogits) {
   const auto its = items();
@@ -390,7 +390,7 @@ TEST(LatencySummary, MatchesTheSeedsReport) {
 TEST(GenerateStories, ReproducesTheReadmeContinuation) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const std::string dir = data + "/models/stories260K";
-  auto model = DecoderModel::load(dir, DType::fp32, Device::cpu);
+  auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
   const auto tok = DecoderTokenizer::from_dir(dir);
   GenerationOptions o;
   o.max_new_tokens = 20;

@@ -11,7 +11,7 @@
 
 #include "common/errors.hpp"
 #include "test_util.hpp"
-#include "tokenizer/tiny_bpe.hpp"
+#include "fixtures/tiny_bpe.hpp"
 
 using namespace evalrun;
 namespace fs = std::filesystem;

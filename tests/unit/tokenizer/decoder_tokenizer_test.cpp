@@ -11,7 +11,7 @@
 #include "common/errors.hpp"
 #include "io/hdf5_file.hpp"
 #include "test_util.hpp"
-#include "tokenizer/tiny_bpe.hpp"
+#include "fixtures/tiny_bpe.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace evalrun {

@@ -1,0 +1,129 @@
+// The model interface: what runs, quantization, devices and tensor parallelism ask of a model,
+// whatever its architecture. Two role views: EncoderModel (a bidirectional encoder with token-level
+// heads) and CausalLM (prefill / decode over a key/value cache). registry.hpp maps a checkpoint's
+// config.json to the architecture that builds one. Plain C++: torch stays inside the architectures.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/run_spec.hpp"
+#include "quant/linear.hpp"
+
+namespace evalrun {
+
+class Communicator;
+
+// How a checkpoint is loaded.
+struct ModelLoad {
+  std::string dir;  // Hugging Face checkpoint directory (config.json + safetensors)
+  DType dtype = DType::fp32;
+  Device device = Device::cpu;  // the model is built on the host; src/device takes its projections over
+  // The run's [quantization] method: "auto" takes whatever the checkpoint holds; otherwise it must
+  // match (InputError naming quantization.method). "none" for a float checkpoint to quantize.
+  std::string quantization_method = "auto";
+  // The tensor-parallel group this rank belongs to (null or size 1: the whole model). The model then
+  // holds only this rank's part of the projections and every rank of the group runs the same inputs.
+  Communicator* tp = nullptr;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  // The config.json "architectures" entry it was built from ("LlamaForCausalLM", ...).
+  virtual std::string architecture() const = 0;
+  virtual std::int64_t vocab_size() const = 0;
+
+  // The projections of the layers, for quantization tools (calibration, direct quantization, memory
+  // reports) and device backends. Each site is one Linear the forward pass calls; it holds the
+  // checkpoint layers `prefixes` side by side (q | k | v), `part_out[i]` outputs each.
+  // replace_linear swaps one for a layer with the same in / out features (any storage) and returns
+  // the layer it replaced (calibration wraps a layer and restores it).
+  virtual std::vector<quant::LinearSite> linear_sites() = 0;
+  virtual quant::LinearPtr replace_linear(std::size_t site, quant::LinearPtr layer) = 0;
+
+  // How the checkpoint's layers are stored ("none", "gptq w4 g32 asym act_order", ...).
+  virtual std::string quantization() const = 0;
+  // What the arithmetic runs in: "float32" or "bfloat16".
+  virtual const char* compute_dtype() const = 0;
+  // Bytes of weights this rank holds (projections, embeddings, norms, heads).
+  virtual std::size_t weight_bytes() const = 0;
+
+  // Runs `batch` unpadded rows of `seq` tokens through every layer, outputs discarded: the
+  // calibration passes of quantization (direct INT8 statistics, static FP8 scales).
+  virtual void calibration_pass(const std::int64_t* ids, std::int64_t batch, std::int64_t seq) = 0;
+};
+
+enum class EncoderHead { question_answering, masked_lm };
+
+// A bidirectional encoder with a token-level head. Inputs: ids and attention mask, row-major
+// [batch, seq] int64, right padding (mask 1 = token, 0 = padding).
+class EncoderModel : public Model {
+ public:
+  virtual EncoderHead head() const = 0;
+  virtual std::int64_t pad_token_id() const = 0;
+  // Longest input (tokens per row) the position table allows.
+  virtual std::int64_t max_sequence_length() const = 0;
+
+  // QA: start and end logits, float32 [batch, seq] each (padding positions hold values too).
+  virtual void question_answering(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch,
+                                  std::int64_t seq, std::vector<float>& start, std::vector<float>& end) = 0;
+  // MLM: logits float32 [positions.size(), vocab] at the given (row, position) pairs only.
+  virtual void masked_lm(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch, std::int64_t seq,
+                         const std::vector<std::pair<std::int64_t, std::int64_t>>& positions,
+                         std::vector<float>& logits) = 0;
+  // Hidden states (float32) after the embeddings and after each layer: [layers + 1][batch * seq * hidden].
+  virtual std::vector<std::vector<float>> hidden_states(const std::int64_t* ids, const std::int64_t* mask,
+                                                        std::int64_t batch, std::int64_t seq) = 0;
+
+  void calibration_pass(const std::int64_t* ids, std::int64_t batch, std::int64_t seq) override;
+};
+
+// The key/value cache of one batch: `batch` rows, room for `capacity` positions per row. Made by
+// CausalLM::new_cache; what it holds is the architecture's business.
+class KvCache {
+ public:
+  virtual ~KvCache() = default;
+  std::int64_t batch() const { return batch_; }
+  std::int64_t capacity() const { return capacity_; }
+  std::int64_t length() const { return length_; }  // positions filled so far (same for all rows)
+
+ protected:
+  KvCache(std::int64_t batch, std::int64_t capacity) : batch_(batch), capacity_(capacity) {}
+  std::int64_t batch_, capacity_, length_ = 0;
+};
+
+// A decoder-only language model.
+class CausalLM : public Model {
+ public:
+  virtual std::unique_ptr<KvCache> new_cache(std::int64_t batch, std::int64_t capacity) const = 0;
+
+  // Appends `seq` tokens per row to the cache and runs them.
+  //   ids, positions: [batch, seq] row-major; positions are the rotary positions (left padding: pads
+  //     get 0, real tokens 0, 1, 2, ... from their first real token).
+  //   key_mask: [batch, cache.length() + seq], 1 = attend, 0 = padding: a query attends to key j when
+  //     key_mask[j] == 1 and j <= its own index (causal).
+  //   logits: float32 out; all_positions = false -> [batch, vocab] for the last of the `seq` tokens;
+  //     true -> [batch, seq, vocab].
+  virtual void forward(const std::int64_t* ids, const std::int64_t* positions, const std::int64_t* key_mask,
+                       std::int64_t batch, std::int64_t seq, KvCache& cache, bool all_positions,
+                       std::vector<float>& logits) = 0;
+
+  // For tests: hidden states [layers + 1][batch * seq * hidden] as transformers' output_hidden_states
+  // (the last one after the final norm). No cache, no padding.
+  virtual std::vector<std::vector<float>> hidden_states(const std::int64_t* ids, std::int64_t batch,
+                                                        std::int64_t seq) = 0;
+
+  void calibration_pass(const std::int64_t* ids, std::int64_t batch, std::int64_t seq) override;
+};
+
+// Threads used by torch's intra-op pool (and oneDNN / OpenBLAS through it) for this process.
+// n <= 0 leaves the current setting. torch defaults to 1 thread in this build.
+void set_compute_threads(int n);
+int compute_threads();
+
+}  // namespace evalrun

@@ -1,0 +1,79 @@
+#include "model/registry.hpp"
+
+#include <filesystem>
+
+#include "common/errors.hpp"
+#include "model/llama.hpp"
+#include "model/loader_util.hpp"
+#include "model/roberta.hpp"
+
+namespace evalrun {
+namespace {
+
+template <class M>
+std::unique_ptr<Model> build(const ModelLoad& how) {
+  return M::load(how);
+}
+
+std::string supported_list() {
+  std::string s;
+  for (const auto& a : architectures()) s += std::string(s.empty() ? "" : ", ") + a.name;
+  return s;
+}
+
+}  // namespace
+
+const char* to_string(ModelRole r) { return r == ModelRole::encoder ? "encoder" : "causal LM"; }
+
+const std::vector<Architecture>& architectures() {
+  static const std::vector<Architecture> rows = {
+      {"RobertaForQuestionAnswering", "roberta", ModelRole::encoder, build<RobertaModel>},
+      {"RobertaForMaskedLM", "roberta", ModelRole::encoder, build<RobertaModel>},
+      {"LlamaForCausalLM", "llama", ModelRole::causal_lm, build<LlamaModel>},
+      {"GraniteForCausalLM", "granite", ModelRole::causal_lm, build<LlamaModel>},
+  };
+  return rows;
+}
+
+const Architecture& find_architecture(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "config.json").string();
+  const nlohmann::json j = model::read_config_json(path);
+  auto arch = j.find("architectures");
+  if (arch == j.end() || arch->is_null()) throw InputError(path + ": architectures", "missing");
+  if (!arch->is_array() || arch->size() != 1 || !(*arch)[0].is_string()) {
+    throw InputError(path + ": architectures", "expected a list of exactly one architecture name (supported: " +
+                                                   supported_list() + ")");
+  }
+  const std::string name = (*arch)[0].get<std::string>();
+  const std::string model_type = model::json_string(j, path, "model_type", "");
+  for (const auto& a : architectures()) {
+    if (name != a.name) continue;
+    if (model_type != a.model_type) {
+      throw InputError(path + ": model_type", "'" + model_type + "' does not match architectures '" + name +
+                                                  "' (expected model_type '" + a.model_type + "')");
+    }
+    return a;
+  }
+  throw InputError(path + ": architectures", "'" + name + "' is not supported (supported: " + supported_list() + ")");
+}
+
+std::unique_ptr<Model> load_model(const ModelLoad& how, ModelRole role) {
+  const Architecture& a = find_architecture(how.dir);
+  if (a.role != role) {
+    throw InputError((std::filesystem::path(how.dir) / "config.json").string() + ": architectures",
+                     std::string("'") + a.name + "' is " + (a.role == ModelRole::encoder ? "an " : "a ") +
+                         to_string(a.role) + ", but this run needs " + (role == ModelRole::encoder ? "an " : "a ") +
+                         to_string(role));
+  }
+  return a.load(how);
+}
+
+std::unique_ptr<EncoderModel> load_encoder(const ModelLoad& how) {
+  return std::unique_ptr<EncoderModel>(static_cast<EncoderModel*>(load_model(how, ModelRole::encoder).release()));
+}
+
+std::unique_ptr<CausalLM> load_causal_lm(const ModelLoad& how) {
+  return std::unique_ptr<CausalLM>(static_cast<CausalLM*>(load_model(how, ModelRole::causal_lm).release()));
+}
+
+}  // namespace evalrun

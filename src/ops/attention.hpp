@@ -1,0 +1,40 @@
+// Scaled dot-product attention on raw float32 buffers, one strided sgemm pair per (batch row, head):
+// the float32 fast path of every model (encoders: bidirectional over the batch's own keys; decoders:
+// causal over a key/value cache). Reads queries, keys and values where they lie (a fused q|k|v buffer,
+// a cache) through strides: no permute copies.
+#pragma once
+
+#include <cstdint>
+
+namespace evalrun::ops {
+
+// Where the rows of one tensor lie: row t of (batch row b, head h) starts at
+// base + b * batch_stride + h * head_stride + t * row_stride.
+struct HeadRows {
+  const float* base = nullptr;
+  std::int64_t batch_stride = 0, head_stride = 0, row_stride = 0;
+  const float* at(std::int64_t b, std::int64_t h) const { return base + b * batch_stride + h * head_stride; }
+};
+
+struct AttentionShape {
+  std::int64_t batch = 0;
+  std::int64_t queries = 0;      // query rows per batch row
+  std::int64_t keys = 0;         // key rows per batch row (T)
+  std::int64_t heads = 0, kv_heads = 0, head_dim = 0;  // query head h reads kv head h / (heads / kv_heads)
+  // Causal: query r is key index first_query + r and attends to keys j <= its own index.
+  // Not causal: every query attends to every key.
+  bool causal = false;
+  std::int64_t first_query = 0;
+  float scale = 1.0f;            // scores = scale * q . k
+};
+
+// out (row t of (b, h) at out + b * out_batch_stride + h * head_dim + t * out_row_stride) =
+// softmax(scale * q k^T over the allowed keys) v. Allowed: key_mask[b * keys + j] != 0 (and the causal
+// bound). A query with no allowed key gets a zero context (see causal_masked_softmax_row).
+// Parallel over (batch row, head) tasks; one query step of a grouped-query model (queries == 1,
+// heads > kv_heads) runs the heads sharing a kv head as one product.
+void attention_f32(const AttentionShape& shape, const HeadRows& q, const HeadRows& k, const HeadRows& v,
+                   const std::int64_t* key_mask, float* out, std::int64_t out_batch_stride,
+                   std::int64_t out_row_stride);
+
+}  // namespace evalrun::ops

@@ -1,0 +1,23 @@
+#include "ops/norms.hpp"
+
+#include <ATen/Parallel.h>
+
+#include <cmath>
+
+namespace evalrun::ops {
+
+void rms_norm_rows(const float* x, const float* w, float* out, std::int64_t rows, std::int64_t n, float eps) {
+  at::parallel_for(0, rows, 16, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * n;
+      float* o = out + r * n;
+      double sum = 0;
+      for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i]) * xr[i];
+      const float variance = static_cast<float>(sum / static_cast<double>(n));
+      const float inv = 1.0f / std::sqrt(variance + eps);
+      for (std::int64_t i = 0; i < n; ++i) o[i] = w[i] * (xr[i] * inv);
+    }
+  });
+}
+
+}  // namespace evalrun::ops

@@ -1,0 +1,12 @@
+// Row-wise normalisations on raw float32 buffers (the float32 fast path of the models).
+#pragma once
+
+#include <cstdint>
+
+namespace evalrun::ops {
+
+// out[r] = w * (x[r] * rsqrt(mean(x[r]^2) + eps)) for `rows` rows of n, as LlamaRMSNorm computes it
+// in float32 (sum of squares accumulated in double). Parallel over rows.
+void rms_norm_rows(const float* x, const float* w, float* out, std::int64_t rows, std::int64_t n, float eps);
+
+}  // namespace evalrun::ops

@@ -1,0 +1,22 @@
+// Rotary position embeddings on raw float32 buffers (rotate_half convention, as transformers'
+// apply_rotary_pos_emb).
+#pragma once
+
+#include <cstdint>
+
+namespace evalrun::ops {
+
+// cos / sin [M, half] for M positions: angle = inv_freq[i] * position in float32, as HF computes it.
+void rope_angles(const float* inv_freq, std::int64_t half, const std::int64_t* positions, std::int64_t M, float* cos,
+                 float* sin);
+
+// In place, one head vector of 2 * half: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin).
+inline void rope_rotate_head(float* v, const float* cos, const float* sin, std::int64_t half) {
+  for (std::int64_t i = 0; i < half; ++i) {
+    const float x1 = v[i], x2 = v[i + half];
+    v[i] = x1 * cos[i] + (-x2) * sin[i];
+    v[i + half] = x2 * cos[i] + x1 * sin[i];
+  }
+}
+
+}  // namespace evalrun::ops

@@ -1,0 +1,14 @@
+// Softmax on raw float32 rows.
+#pragma once
+
+#include <cstdint>
+
+namespace evalrun::ops {
+
+// Softmax over the scores s[0, n) of one query row in place, over the keys j <= last with
+// key_mask[j] != 0 (causal attention over a padded key/value cache). Other entries become 0, and a
+// row with no allowed key becomes all 0 (a padding query: HF would average uniformly; those rows
+// feed only other padding rows).
+void causal_masked_softmax_row(float* s, std::int64_t n, const std::int64_t* key_mask, std::int64_t last);
+
+}  // namespace evalrun::ops

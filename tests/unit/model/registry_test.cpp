@@ -1,0 +1,123 @@
+// The model registry: every row loads a checkpoint of its architecture through load_model and the
+// role views; unknown architectures, a model_type that does not match, and a checkpoint of the
+// other role are InputErrors naming config.json, the key and the value.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "common/errors.hpp"
+#include "fixtures/make_model.hpp"
+#include "model/registry.hpp"
+#include "test_util.hpp"
+
+namespace evalrun {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+class Registry : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = new fs::path(testing::make_temp_dir("evalrun-registry-test"));
+    make_roberta_checkpoint(dir("RobertaForQuestionAnswering"), "tiny", EncoderHead::question_answering, 1, 50);
+    make_roberta_checkpoint(dir("RobertaForMaskedLM"), "tiny", EncoderHead::masked_lm, 2, 50);
+    make_llama_checkpoint(dir("LlamaForCausalLM"), "tiny-llama", 3, 50);
+    make_llama_checkpoint(dir("GraniteForCausalLM"), "tiny-granite", 4, 50);
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*root_);
+    delete root_;
+  }
+  static std::string dir(const std::string& name) { return (*root_ / name).string(); }
+
+  // A copy of the checkpoint `src` with config.json edited.
+  static std::string edited(const std::string& src, const std::string& name, const std::function<void(json&)>& edit) {
+    const fs::path d = *root_ / name;
+    fs::create_directories(d);
+    fs::copy_file(fs::path(dir(src)) / "model.safetensors", d / "model.safetensors", fs::copy_options::overwrite_existing);
+    json cfg = json::parse(std::ifstream(fs::path(dir(src)) / "config.json"));
+    edit(cfg);
+    std::ofstream(d / "config.json") << cfg.dump();
+    return d.string();
+  }
+
+  static std::string load_error(const std::string& d, ModelRole role) {
+    try {
+      load_model({d}, role);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "(no error)";
+  }
+
+  static fs::path* root_;
+};
+fs::path* Registry::root_ = nullptr;
+
+TEST_F(Registry, EveryRowLoadsItsArchitectureWithItsRole) {
+  std::set<std::string> names;
+  for (const auto& a : architectures()) {
+    SCOPED_TRACE(a.name);
+    EXPECT_TRUE(names.insert(a.name).second) << "two rows for " << a.name;
+    EXPECT_EQ(&find_architecture(dir(a.name)), &a);
+    auto model = load_model({dir(a.name)}, a.role);
+    EXPECT_EQ(model->architecture(), a.name);
+    EXPECT_EQ(model->vocab_size(), 50);
+    EXPECT_FALSE(model->linear_sites().empty());
+    if (a.role == ModelRole::encoder) {
+      EXPECT_NE(dynamic_cast<EncoderModel*>(model.get()), nullptr);
+      EXPECT_NE(load_encoder({dir(a.name)}), nullptr);
+    } else {
+      EXPECT_NE(dynamic_cast<CausalLM*>(model.get()), nullptr);
+      EXPECT_NE(load_causal_lm({dir(a.name)}), nullptr);
+    }
+  }
+  EXPECT_EQ(names.size(), 4u);
+}
+
+TEST_F(Registry, ACheckpointOfTheOtherRoleIsRefused) {
+  std::string e = load_error(dir("LlamaForCausalLM"), ModelRole::encoder);
+  EXPECT_NE(e.find("config.json: architectures"), std::string::npos) << e;
+  EXPECT_NE(e.find("'LlamaForCausalLM' is a causal LM, but this run needs an encoder"), std::string::npos) << e;
+  e = load_error(dir("RobertaForMaskedLM"), ModelRole::causal_lm);
+  EXPECT_NE(e.find("'RobertaForMaskedLM' is an encoder, but this run needs a causal LM"), std::string::npos) << e;
+}
+
+TEST_F(Registry, UnknownArchitecturesListTheSupportedOnes) {
+  const std::string d = edited("LlamaForCausalLM", "mistral", [](json& c) {
+    c["architectures"] = {"MistralForCausalLM"};
+    c["model_type"] = "mistral";
+  });
+  const std::string e = load_error(d, ModelRole::causal_lm);
+  EXPECT_NE(e.find("config.json: architectures"), std::string::npos) << e;
+  EXPECT_NE(e.find("'MistralForCausalLM' is not supported"), std::string::npos) << e;
+  for (const auto& a : architectures()) EXPECT_NE(e.find(a.name), std::string::npos) << e;
+}
+
+TEST_F(Registry, ModelTypeMustMatchTheArchitecture) {
+  const std::string d = edited("LlamaForCausalLM", "type", [](json& c) { c["model_type"] = "granite"; });
+  const std::string e = load_error(d, ModelRole::causal_lm);
+  EXPECT_NE(e.find("config.json: model_type"), std::string::npos) << e;
+  EXPECT_NE(e.find("'granite' does not match architectures 'LlamaForCausalLM' (expected model_type 'llama')"),
+            std::string::npos)
+      << e;
+}
+
+TEST_F(Registry, ArchitecturesMustNameExactlyOne) {
+  for (const json& value : {json::array(), json::array({"LlamaForCausalLM", "GraniteForCausalLM"}), json("LlamaForCausalLM")}) {
+    const std::string d = edited("LlamaForCausalLM", "arch-list", [&](json& c) { c["architectures"] = value; });
+    const std::string e = load_error(d, ModelRole::causal_lm);
+    EXPECT_NE(e.find("config.json: architectures"), std::string::npos) << e;
+    EXPECT_NE(e.find("exactly one"), std::string::npos) << e;
+  }
+  const std::string d = edited("LlamaForCausalLM", "arch-missing", [](json& c) { c.erase("architectures"); });
+  EXPECT_NE(load_error(d, ModelRole::causal_lm).find("architectures: missing"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace evalrun
