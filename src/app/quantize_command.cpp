@@ -29,6 +29,7 @@
 #include "model/loader_util.hpp"
 #include "model/roberta.hpp"
 #include "quant/quant_config.hpp"
+#include "task/registry.hpp"
 
 namespace evalrun {
 namespace {
@@ -109,7 +110,7 @@ int quantize_command(int argc, char** argv) {
   const int threads = spec.run.threads > 0 ? spec.run.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   set_compute_threads(threads);
 
-  const bool encoder = spec.task.kind == TaskKind::qa || spec.task.kind == TaskKind::mlm;
+  const bool encoder = task_info(spec.task.kind).role == ModelRole::encoder;
   quant::Int8Settings settings = direct_int8_settings(spec);
   std::vector<quant::QuantizedSite> sites;
   if (encoder) {
