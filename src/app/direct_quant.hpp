@@ -36,10 +36,7 @@ void require_float_checkpoint(const RunSpec& spec);
 // The data set that calibrates: quantization.calibration_dataset, else task.dataset.
 std::string calibration_dataset(const RunSpec& spec);
 
-// The calibration inputs of a run (rank 0; empty when the settings need none). Defined by the flows,
-// which prepare them with their own preprocessing.
-CalibrationSet prepare_encoder_calibration(const RunSpec& spec);
-CalibrationSet prepare_decoder_calibration(const RunSpec& spec);
+// The calibration inputs of a run come from its task's flow: task_calibration (app/flows/flows.hpp).
 
 // Calibrates (when needed) and quantizes every linear layer of a float model; the returned layers
 // are not installed. `settings` gets the calibration record and the smoothed layers.

@@ -9,6 +9,7 @@
 #include "common/errors.hpp"
 #include "device/backend.hpp"
 #include "dist/serialize.hpp"
+#include "task/registry.hpp"
 
 namespace evalrun {
 namespace {
@@ -18,8 +19,6 @@ std::string hostname() {
   gethostname(host, sizeof host - 1);
   return host;
 }
-
-bool is_decoder(TaskKind k) { return k == TaskKind::generate || k == TaskKind::perplexity; }
 
 // One rank's part of the printout, and how many problems it found.
 std::pair<std::string, int> describe_rank(const MpiWorld& world, const RunSpec& spec) {
@@ -85,7 +84,7 @@ int dry_run_command(const MpiWorld& world, const RunSpec& spec) {
       whole.push_back("model.path: '" + spec.model.path + "' has no config.json");
     }
     out += "run       " + spec.run.name + ": task " + to_string(spec.task.kind) +
-           (is_decoder(spec.task.kind) ? " (decoder)" : " (encoder)") + ", model " + spec.model.path +
+           " (" + to_string(task_info(spec.task.kind).role) + ")" + ", model " + spec.model.path +
            ", dtype " + to_string(spec.model.dtype) + "\n";
     out += "layout    world " + std::to_string(world.size()) + " = " + std::to_string(world.size() / tp) +
            " data-parallel x " + std::to_string(tp) + " tensor-parallel\n";

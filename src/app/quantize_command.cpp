@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "app/direct_quant.hpp"
+#include "app/flows/flows.hpp"
 #include "common/errors.hpp"
 #include "common/logging.hpp"
 #include "config/config.hpp"
@@ -28,6 +29,7 @@
 #include "model/loader_util.hpp"
 #include "model/registry.hpp"
 #include "quant/quant_config.hpp"
+#include "task/registry.hpp"
 
 namespace evalrun {
 namespace {
@@ -108,10 +110,8 @@ int quantize_command(int argc, char** argv) {
   const int threads = spec.run.threads > 0 ? spec.run.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   set_compute_threads(threads);
 
-  const bool encoder = spec.task.kind == TaskKind::qa || spec.task.kind == TaskKind::mlm;
-  const CalibrationSet calibration = encoder ? prepare_encoder_calibration(spec) : prepare_decoder_calibration(spec);
-  auto model = load_model({spec.model.path, spec.model.dtype, spec.model.device, "none"},
-                          encoder ? ModelRole::encoder : ModelRole::causal_lm);
+  const CalibrationSet calibration = task_calibration(spec);
+  auto model = load_model({spec.model.path, spec.model.dtype, spec.model.device, "none"}, task_info(spec.task.kind).role);
   quant::Int8Settings settings = direct_int8_settings(spec);
   std::vector<quant::QuantizedSite> sites = quantize_int8(*model, calibration, settings);
 

@@ -78,8 +78,7 @@ int run_command(const MpiWorld& world, const RunSpec& spec, bool resume) {
   log().info("run '{}': task {}, {} rank(s) = {} replica(s) x {} tensor-parallel, {} thread(s) each, dtype {}, model {}",
              spec.run.name, to_string(spec.task.kind), world.size(), dp, tp, threads, to_string(spec.model.dtype),
              spec.model.path);
-  const bool encoder = spec.task.kind == TaskKind::qa || spec.task.kind == TaskKind::mlm;
-  std::unique_ptr<TaskFlow> flow = encoder ? make_encoder_flow() : make_decoder_flow();
+  std::unique_ptr<TaskFlow> flow = make_flow(spec.task.kind);
   // The device each rank runs on (environment, plugin session, GPU), before any data is read.
   std::shared_ptr<device::Backend> backend;
   world.collective_step([&] { backend = device::open_backend(spec, rank_place(world)); });

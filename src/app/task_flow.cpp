@@ -9,6 +9,7 @@
 #include "common/logging.hpp"
 #include "common/sha256.hpp"
 #include "dist/sharding.hpp"
+#include "io/safetensors.hpp"
 
 namespace evalrun {
 
@@ -110,8 +111,24 @@ std::string inputs_digest(const std::vector<std::string>& parts) {
   return h.hex_digest();
 }
 
-std::vector<std::vector<std::size_t>> balanced_shards(const std::vector<std::int64_t>& cost, int ranks) {
-  return shard_by_cost(cost, ranks);
+std::vector<std::vector<std::size_t>> plan_shards_of(const std::vector<std::size_t>& todo,
+                                                     const std::vector<std::int64_t>& cost, int parts, const char* unit) {
+  std::vector<std::vector<std::size_t>> out;
+  std::int64_t total = 0;
+  for (auto c : cost) total += c;
+  log().debug("shard plan: {} {} to run, {} tokens, over {} replica(s)", todo.size(), unit, total, parts);
+  int part = 0;
+  for (const auto& shard : shard_by_cost(cost, parts)) {
+    std::vector<std::size_t> positions;
+    std::int64_t tokens = 0;
+    for (std::size_t j : shard) {
+      positions.push_back(todo[j]);
+      tokens += cost[j];
+    }
+    log().debug("shard plan: replica {}: {} {}, {} tokens", part++, positions.size(), unit, tokens);
+    out.push_back(std::move(positions));
+  }
+  return out;
 }
 
 void write_topk_rows(H5Writer& out, const std::string& group, const std::vector<std::vector<float>>& rows, int k) {
@@ -149,6 +166,34 @@ void write_timing(H5Writer& out, const RunTimes& t, const std::vector<double>& i
   out.set_attr("/metrics", "samples_per_second", static_cast<double>(samples) / s);
   out.set_attr("/metrics", "features_per_second", static_cast<double>(items) / s);
   out.set_attr("/metrics", "tokens_per_second", static_cast<double>(tokens) / s);
+}
+
+void log_model_load(const RunSpec& spec, const Provenance& prov, double seconds, std::size_t items, const char* unit) {
+  if (!log().should_log(spdlog::level::debug)) return;
+  // The checkpoint's tensors, counted again from the file headers (cheap: they are mapped, not read).
+  Checkpoint ckpt(spec.model.path);
+  std::map<std::string, std::size_t> dtypes;  // stored dtype -> tensors
+  std::size_t stored_bytes = 0;
+  for (const auto& name : ckpt.names()) {
+    const TensorView& t = ckpt.get(name);
+    ++dtypes[to_string(t.dtype)];
+    stored_bytes += t.nbytes;
+  }
+  std::string files, kinds;
+  for (const auto& f : ckpt.files()) {
+    std::error_code ec;
+    const auto name = std::filesystem::path(f).filename();
+    const auto size = std::filesystem::file_size(std::filesystem::path(spec.model.path) / name, ec);
+    files += (files.empty() ? "" : ", ") + name.string() +
+             (ec ? std::string() : " (" + std::to_string(size) + " bytes)");
+  }
+  for (const auto& [dtype, n] : dtypes) kinds += (kinds.empty() ? "" : ", ") + std::to_string(n) + " " + dtype;
+  log().debug("load: {} in {:.2f} s: files {}; {} tensors ({}), {} bytes stored", spec.model.path, seconds, files,
+              ckpt.names().size(), kinds, stored_bytes);
+  log().debug("load: architecture {}, model.dtype {}, computes in {}, quantization {}, {} weight bytes on this rank, "
+              "device {}; shard of {} {}",
+              prov.architecture, to_string(spec.model.dtype), prov.compute_dtype, prov.quantization, prov.weight_bytes,
+              prov.device.empty() ? to_string(spec.model.device) : prov.device, items, unit);
 }
 
 std::string checkpoint_sha256(const std::string& dir) {

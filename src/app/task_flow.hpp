@@ -75,8 +75,8 @@ class TaskFlow {
   std::shared_ptr<device::Backend> backend_;
 };
 
-std::unique_ptr<TaskFlow> make_encoder_flow();  // qa, mlm (RoBERTa)
-std::unique_ptr<TaskFlow> make_decoder_flow();  // generate, perplexity (Llama family)
+// The flow of a task: app/flows/flows.cpp, one row per task of the registry (task/registry.hpp).
+std::unique_ptr<TaskFlow> make_flow(TaskKind kind);
 
 // --- helpers shared by the flows ------------------------------------------------------------------
 
@@ -103,9 +103,19 @@ void write_topk_rows(H5Writer& out, const std::string& group, const std::vector<
 // names the items in the error otherwise ("feature", "prompt", ...).
 void read_gathered(const std::vector<std::string>& gathered, std::size_t n, const char* what,
                    const std::function<void(ByteReader&, std::size_t)>& read_item);
+// The same walk for typed records (Record::read, dist/serialize.hpp): the records by global index.
+template <class Record>
+std::vector<Record> read_gathered_records(const std::vector<std::string>& gathered, std::size_t n, const char* what) {
+  std::vector<Record> out(n);
+  read_gathered(gathered, n, what, [&](ByteReader& r, std::size_t index) { out[index] = Record::read(r); });
+  return out;
+}
 // What a rank that is not the first of its tensor-parallel group returns from run(): no items (the
 // first rank of the group returns the group's results).
 std::string no_results();
+// Debug log of a rank's model load: checkpoint files with their tensors and bytes (dtypes stored),
+// compute dtype, quantization, weight bytes, seconds, and the shard's items.
+void log_model_load(const RunSpec& spec, const Provenance& prov, double seconds, std::size_t items, const char* unit);
 // InputError naming quantization.direct for direct quantization with tensor parallelism (each rank
 // would calibrate and quantize only its part of a layer, with other scales than a tp = 1 run).
 void refuse_direct_with_tp(const RunSpec& spec);
@@ -116,6 +126,10 @@ class ResultRecords {
  public:
   explicit ResultRecords(ItemSink sink) : sink_(std::move(sink)) {}
   void add(std::uint64_t index, std::string record) { batch_.emplace_back(index, std::move(record)); }
+  template <class Record>  // a typed record (Record::write)
+  void add(std::uint64_t index, const Record& record) {
+    add(index, to_bytes(record));
+  }
   void end_batch();    // the batch's records go to the sink and into the buffer
   std::string take();  // the buffer: item count, then index + record per item
  private:
@@ -128,7 +142,35 @@ class ResultRecords {
 std::string records_buffer(const std::map<std::uint64_t, std::string>& records);
 // sha256 over `parts` in order (PreparedWork::inputs_sha256).
 std::string inputs_digest(const std::vector<std::string>& parts);
-// Serializes a scalar list of per-item costs into balanced shards of item positions.
-std::vector<std::vector<std::size_t>> balanced_shards(const std::vector<std::int64_t>& cost, int ranks);
+// The work of a run split into `parts` balanced shards: positions into `items` (the whole work list,
+// in global index order) of the items not in `skip`, balanced by `cost` (tokens an item feeds, one per
+// item). Logs the plan at debug level: items and tokens per shard.
+template <class Item>
+std::vector<std::vector<std::size_t>> plan_shards(const std::vector<Item>& items, const std::vector<std::int64_t>& cost,
+                                                  const std::set<std::uint64_t>& skip, int parts, const char* unit);
+// The items at `positions`, as a shard (put_records).
+template <class Item>
+std::string shard_bytes(const std::vector<Item>& items, const std::vector<std::size_t>& positions) {
+  std::vector<Item> chosen;
+  for (std::size_t i : positions) chosen.push_back(items[i]);
+  ByteWriter w;
+  put_records(w, chosen);
+  return w.take();
+}
+// The untemplated part of plan_shards: `todo` are positions, cost one per position.
+std::vector<std::vector<std::size_t>> plan_shards_of(const std::vector<std::size_t>& todo,
+                                                     const std::vector<std::int64_t>& cost, int parts, const char* unit);
+template <class Item>
+std::vector<std::vector<std::size_t>> plan_shards(const std::vector<Item>& items, const std::vector<std::int64_t>& cost,
+                                                  const std::set<std::uint64_t>& skip, int parts, const char* unit) {
+  std::vector<std::size_t> todo;
+  std::vector<std::int64_t> todo_cost;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (skip.count(items[i].index)) continue;
+    todo.push_back(i);
+    todo_cost.push_back(cost[i]);
+  }
+  return plan_shards_of(todo, todo_cost, parts, unit);
+}
 
 }  // namespace evalrun

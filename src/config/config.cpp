@@ -14,28 +14,19 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string_view>
 #include <toml.hpp>
 
 #include "common/errors.hpp"
 #include "common/text.hpp"
 #include "common/utf8.hpp"
+#include "task/registry.hpp"
 
 namespace evalrun {
 namespace {
 
 enum class Kind { string, integer, floating, boolean, enumeration };
-// Which runs a key may be set on; set on another kind of run it is an error, not silently ignored.
-// A bit set over task kinds (bit = 1 << TaskKind).
-using Applies = unsigned;
-constexpr Applies kQa = 1U << static_cast<unsigned>(TaskKind::qa);
-constexpr Applies kMlm = 1U << static_cast<unsigned>(TaskKind::mlm);
-constexpr Applies kGenerate = 1U << static_cast<unsigned>(TaskKind::generate);
-constexpr Applies kPerplexity = 1U << static_cast<unsigned>(TaskKind::perplexity);
-constexpr Applies kEncoders = kQa | kMlm;
-constexpr Applies kDecoders = kGenerate | kPerplexity;
-constexpr Applies kAnyTask = kEncoders | kDecoders;
-
 // A key's value once its type is checked (only the member matching the Kind is meaningful).
 struct Scalar {
   std::string s;
@@ -52,7 +43,9 @@ struct KeySpec {
   std::vector<std::string> choices = {};  // enumeration values, in RunSpec enum order
   std::int64_t min = 0;                   // integers, inclusive
   std::int64_t max = 0;
-  Applies applies = kAnyTask;
+  // Set on a run of a task whose registry row (task/registry.cpp) does not name it, it is an error,
+  // not silently ignored. false: applies to every task.
+  bool per_task = false;
   bool required = false;
   const char* default_note = "";  // shown by describe_config_keys()
   const char* allowed_note = "";  // "" = derived from choices / min / max
@@ -106,6 +99,34 @@ std::string check_not_empty(const Scalar& v) { return v.s.empty() ? "must not be
 
 std::string check_finite(const Scalar& v) { return std::isfinite(v.f) ? "" : "must be a finite number"; }
 
+// task.kind's values and help come from the task registry (in TaskKind order, as the enum's choices).
+std::vector<std::string> task_kind_names() {
+  std::vector<std::string> names;
+  for (const auto& t : task_registry()) names.push_back(t.name);
+  return names;
+}
+
+const std::string& task_kind_help() {
+  static const std::string help = [] {
+    std::string out;
+    for (const auto& t : task_registry())
+      out += std::string(out.empty() ? "" : "; ") + t.name + " = " + t.summary + " (" + to_string(t.role) + ")";
+    return out;
+  }();
+  return help;
+}
+
+void check_task_keys(const std::vector<KeySpec>& keys);
+
+// Keys older configs may still hold, and why they went: an error saying so beats "unknown key".
+const char* removed_key(const std::string& full) {
+  if (full == "run.seed") {
+    return "nothing in a run is random (generation is greedy, calibration takes the first examples, "
+           "inference has no dropout), so it changed nothing; `evalrun make-model --seed` seeds random weights";
+  }
+  return nullptr;
+}
+
 const std::vector<KeySpec>& key_specs() {
   // clang-format off
   static const std::vector<KeySpec> keys = {
@@ -113,9 +134,6 @@ const std::vector<KeySpec>& key_specs() {
       {.section = "run", .key = "name", .kind = Kind::string, .required = true, .default_note = "(required)", .allowed_note = "[A-Za-z0-9._-]+",
        .help = "run name; the result file is results/<name>.h5 unless output.path is set",
        .apply = [](RunSpec& r, const Scalar& v) { r.run.name = v.s; }, .check = check_run_name},
-      {.section = "run", .key = "seed", .kind = Kind::integer, .max = kI64Max, .default_note = "0",
-       .help = "seed for torch (random init, any sampling)",
-       .apply = [](RunSpec& r, const Scalar& v) { r.run.seed = static_cast<std::uint64_t>(v.i); }},
       {.section = "run", .key = "threads", .kind = Kind::integer, .max = kIntMax, .default_note = "0",
        .help = "torch intra-op threads per rank; 0 = cores on the node / ranks on the node",
        .apply = [](RunSpec& r, const Scalar& v) { r.run.threads = static_cast<int>(v.i); }},
@@ -133,9 +151,9 @@ const std::vector<KeySpec>& key_specs() {
        .help = "where the projections run: the host (cpu), cuda:<local rank> (a build with CUDA), or an AIU through its backend plugin (docs/devices.md)",
        .apply = [](RunSpec& r, const Scalar& v) { r.model.device = static_cast<Device>(v.choice); }},
       // [task]
-      {.section = "task", .key = "kind", .kind = Kind::enumeration, .choices = {"qa", "mlm", "generate", "perplexity"}, .required = true, .default_note = "(required)",
-       .help = "qa = extractive question answering (SQuAD), mlm = masked-token prediction (encoders); generate = greedy generation, perplexity = corpus perplexity (decoders)",
-       .apply = [](RunSpec& r, const Scalar& v) { r.task.kind = static_cast<TaskKind>(v.choice); }},
+      {.section = "task", .key = "kind", .kind = Kind::enumeration, .choices = task_kind_names(), .required = true, .default_note = "(required)",
+       .help = task_kind_help().c_str(),
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.kind = task_registry()[v.choice].kind; }},
       {.section = "task", .key = "dataset", .kind = Kind::string, .default_note = "(required)", .allowed_note = "file, dir, glob",
        .help = "qa: SQuAD JSON / jsonl; mlm: jsonl {\"id\",\"text\",\"targets\"?} or a text file; generate: jsonl {\"id\",\"prompt\"}, a .txt file (one prompt), a directory or glob of .txt files; perplexity: a text file",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.dataset = v.s; }, .check = check_not_empty},
@@ -145,52 +163,52 @@ const std::vector<KeySpec>& key_specs() {
       {.section = "task", .key = "max_samples", .kind = Kind::integer, .max = kI64Max, .default_note = "0",
        .help = "0 = every example; otherwise the first N examples in file order (perplexity: the first N windows)",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.max_samples = v.i; }},
-      {.section = "task", .key = "max_seq_length", .kind = Kind::integer, .min = 16, .max = 8192, .applies = kEncoders, .default_note = "384",
+      {.section = "task", .key = "max_seq_length", .kind = Kind::integer, .min = 16, .max = 8192, .per_task = true, .default_note = "384",
        .help = "encoders: tokens per sequence (question + context for qa)",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.max_seq_length = static_cast<int>(v.i); }},
-      {.section = "task", .key = "doc_stride", .kind = Kind::integer, .min = 1, .max = kIntMax, .applies = kQa, .default_note = "128", .allowed_note = "1..max_seq_length-1",
+      {.section = "task", .key = "doc_stride", .kind = Kind::integer, .min = 1, .max = kIntMax, .per_task = true, .default_note = "128", .allowed_note = "1..max_seq_length-1",
        .help = "qa only: overlap in tokens between windows of a long context",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.doc_stride = static_cast<int>(v.i); }},
-      {.section = "task", .key = "n_best_size", .kind = Kind::integer, .min = 1, .max = kIntMax, .applies = kQa, .default_note = "20",
+      {.section = "task", .key = "n_best_size", .kind = Kind::integer, .min = 1, .max = kIntMax, .per_task = true, .default_note = "20",
        .help = "qa only: start/end candidates considered per window",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.n_best_size = static_cast<int>(v.i); }},
-      {.section = "task", .key = "max_answer_length", .kind = Kind::integer, .min = 1, .max = kIntMax, .applies = kQa, .default_note = "30",
+      {.section = "task", .key = "max_answer_length", .kind = Kind::integer, .min = 1, .max = kIntMax, .per_task = true, .default_note = "30",
        .help = "qa only: longest answer in tokens",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.max_answer_length = static_cast<int>(v.i); }},
-      {.section = "task", .key = "version_2_with_negative", .kind = Kind::boolean, .applies = kQa, .default_note = "false",
+      {.section = "task", .key = "version_2_with_negative", .kind = Kind::boolean, .per_task = true, .default_note = "false",
        .help = "qa only: SQuAD 2.0 (questions may have no answer)",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.version_2_with_negative = v.b; }},
-      {.section = "task", .key = "null_score_diff_threshold", .kind = Kind::floating, .applies = kQa, .default_note = "0.0", .allowed_note = "finite",
+      {.section = "task", .key = "null_score_diff_threshold", .kind = Kind::floating, .per_task = true, .default_note = "0.0", .allowed_note = "finite",
        .help = "qa only, with version_2_with_negative: predict no answer when null score - best span score > this",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.null_score_diff_threshold = v.f; }, .check = check_finite},
-      {.section = "task", .key = "pad_to_max_length", .kind = Kind::boolean, .applies = kQa, .default_note = "false",
+      {.section = "task", .key = "pad_to_max_length", .kind = Kind::boolean, .per_task = true, .default_note = "false",
        .help = "qa only: pad every window to max_seq_length (else to the longest in the batch)",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.pad_to_max_length = v.b; }},
-      {.section = "task", .key = "top_k", .kind = Kind::integer, .min = 1, .max = kIntMax, .applies = kMlm, .default_note = "5",
+      {.section = "task", .key = "top_k", .kind = Kind::integer, .min = 1, .max = kIntMax, .per_task = true, .default_note = "5",
        .help = "mlm only: predictions kept per <mask>",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.top_k = static_cast<int>(v.i); }},
-      {.section = "task", .key = "prompt_set", .kind = Kind::enumeration, .choices = {"chat", "code"}, .applies = kGenerate, .default_note = "(none)",
+      {.section = "task", .key = "prompt_set", .kind = Kind::enumeration, .choices = {"chat", "code"}, .per_task = true, .default_note = "(none)",
        .help = "generate only, instead of task.dataset: a built-in prompt set with its template",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.prompt_set = v.choice == 0 ? "chat" : "code"; }},
-      {.section = "task", .key = "max_new_tokens", .kind = Kind::integer, .min = 1, .max = kIntMax, .applies = kGenerate, .default_note = "100",
+      {.section = "task", .key = "max_new_tokens", .kind = Kind::integer, .min = 1, .max = kIntMax, .per_task = true, .default_note = "100",
        .help = "generate only: tokens generated per prompt (fewer when it stops at EOS)",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.max_new_tokens = static_cast<int>(v.i); }},
-      {.section = "task", .key = "max_prompt_length", .kind = Kind::integer, .max = kIntMax, .applies = kGenerate, .default_note = "0",
+      {.section = "task", .key = "max_prompt_length", .kind = Kind::integer, .max = kIntMax, .per_task = true, .default_note = "0",
        .help = "generate only: 0 = no limit; longer prompts keep their first N tokens (as the seed inference.py)",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.max_prompt_length = static_cast<int>(v.i); }},
-      {.section = "task", .key = "min_pad_length", .kind = Kind::integer, .max = kIntMax, .applies = kGenerate, .default_note = "0",
+      {.section = "task", .key = "min_pad_length", .kind = Kind::integer, .max = kIntMax, .per_task = true, .default_note = "0",
        .help = "generate only: left-pad shorter prompts to at least N tokens (simulates a longer input)",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.min_pad_length = static_cast<int>(v.i); }},
-      {.section = "task", .key = "fixed_prompt_length", .kind = Kind::integer, .max = kIntMax, .applies = kGenerate, .default_note = "0",
+      {.section = "task", .key = "fixed_prompt_length", .kind = Kind::integer, .max = kIntMax, .per_task = true, .default_note = "0",
        .help = "generate only: 0 = off; left-pad every prompt to exactly N tokens, a longer prompt is an error",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.fixed_prompt_length = static_cast<int>(v.i); }},
-      {.section = "task", .key = "no_early_termination", .kind = Kind::boolean, .applies = kGenerate, .default_note = "false",
+      {.section = "task", .key = "no_early_termination", .kind = Kind::boolean, .per_task = true, .default_note = "false",
        .help = "generate only: keep generating past EOS up to max_new_tokens",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.no_early_termination = v.b; }},
-      {.section = "task", .key = "context_length", .kind = Kind::integer, .max = kIntMax, .applies = kPerplexity, .default_note = "0",
+      {.section = "task", .key = "context_length", .kind = Kind::integer, .max = kIntMax, .per_task = true, .default_note = "0",
        .help = "perplexity only: tokens per window; 0 = the model's max_position_embeddings",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.context_length = static_cast<int>(v.i); }},
-      {.section = "task", .key = "stride", .kind = Kind::integer, .max = kIntMax, .applies = kPerplexity, .default_note = "0",
+      {.section = "task", .key = "stride", .kind = Kind::integer, .max = kIntMax, .per_task = true, .default_note = "0",
        .help = "perplexity only: window start step; 0 = context_length (no overlap); each token is scored once",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.stride = static_cast<int>(v.i); }},
       // [quantization]
@@ -236,11 +254,11 @@ const std::vector<KeySpec>& key_specs() {
       {.section = "output", .key = "top_k", .kind = Kind::integer, .min = 1, .max = kIntMax, .default_note = "20",
        .help = "only with logits = \"topk\": values kept per logits row",
        .apply = [](RunSpec& r, const Scalar& v) { r.output.top_k = static_cast<int>(v.i); }},
-      {.section = "output", .key = "predictions_json", .kind = Kind::string, .applies = kQa, .default_note = "\"\" (not written)", .allowed_note = "file",
+      {.section = "output", .key = "predictions_json", .kind = Kind::string, .per_task = true, .default_note = "\"\" (not written)", .allowed_note = "file",
        .help = "qa only: also write predictions in the official SQuAD evaluation script's format",
        .apply = [](RunSpec& r, const Scalar& v) { r.output.predictions_json = v.s; }},
       // [validation]
-      {.section = "validation", .key = "golden", .kind = Kind::string, .applies = kGenerate, .default_note = "\"\" (off)", .allowed_note = "file",
+      {.section = "validation", .key = "golden", .kind = Kind::string, .per_task = true, .default_note = "\"\" (off)", .allowed_note = "file",
        .help = "generate only: an evalrun generate result file; its /generated/ids are fed instead of this run's own tokens (teacher forcing) and this run's logits recorded at every step; its prompts must equal this run's",
        .apply = [](RunSpec& r, const Scalar& v) { r.validation.golden = v.s; }, .check = check_not_empty},
       // [aiu]
@@ -255,7 +273,25 @@ const std::vector<KeySpec>& key_specs() {
        .apply = [](RunSpec& r, const Scalar& v) { r.aiu.compile_dynamic = v.choice == 0 ? "static" : "symbolic"; }},
   };
   // clang-format on
+  static const bool checked = (check_task_keys(keys), true);
+  (void)checked;
   return keys;
+}
+
+// The registry rows and the per_task flags must agree: a key a row names that is not per_task (or not
+// a key), or a per_task key no row names, is a programming error caught on the first config load.
+void check_task_keys(const std::vector<KeySpec>& keys) {
+  for (const auto& t : task_registry()) {
+    for (const auto& name : t.keys) {
+      const bool found = std::any_of(keys.begin(), keys.end(), [&](const KeySpec& k) { return k.per_task && k.full() == name; });
+      if (!found) throw std::logic_error(std::string("task registry: task ") + t.name + " names '" + name + "', not a per_task config key");
+    }
+  }
+  for (const auto& k : keys) {
+    if (!k.per_task) continue;
+    const bool named = std::any_of(task_registry().begin(), task_registry().end(), [&](const TaskInfo& t) { return t.applies(k.full()); });
+    if (!named) throw std::logic_error("config key " + k.full() + " is per_task but no task registry row names it");
+  }
 }
 
 const std::vector<std::string>& section_names() {
@@ -448,7 +484,7 @@ class Loader {
     spec.output.predictions_json = expand_job_placeholders(spec.output.predictions_json, origin_ + ": output.predictions_json");
     if (spec.model.tokenizer.empty()) spec.model.tokenizer = spec.model.path;
     // Full logits of every token of a corpus would dwarf the corpus: perplexity stores none unless asked.
-    if (spec.task.kind == TaskKind::perplexity && !set_keys_.count("output.logits")) {
+    if (!task_info(spec.task.kind).logits_by_default && !set_keys_.count("output.logits")) {
       spec.output.logits = LogitsMode::none;
     }
     spec.config_text = serialise();
@@ -583,6 +619,8 @@ class Loader {
                                                     "]), got " + type_phrase(table->type()));
       for (const auto& [key, value] : in_file_order(table->as_table(), section + ".")) {
         const std::string full = section + "." + key;
+        if (const char* why = removed_key(full))
+          throw InputError(where(full, value), full + " was removed: " + why + "; delete it from the config");
         if (find_spec(section, key) == nullptr)
           throw InputError(where(full, value),
                            "unknown key '" + full + "'" + suggestion_for_key(section, key));
@@ -715,11 +753,11 @@ class Loader {
       const std::string full = k.full();
       if (!set_keys_.count(full)) continue;
       const toml::value* v = find_value(k);
-      if ((k.applies & (1U << static_cast<unsigned>(spec.task.kind))) == 0) {
+      if (k.per_task && !task_info(spec.task.kind).applies(full)) {
         std::string kinds;
-        for (TaskKind t : {TaskKind::qa, TaskKind::mlm, TaskKind::generate, TaskKind::perplexity}) {
-          if ((k.applies & (1U << static_cast<unsigned>(t))) == 0) continue;
-          kinds += std::string(kinds.empty() ? "" : " or ") + "\"" + to_string(t) + "\"";
+        for (const auto& t : task_registry()) {
+          if (!t.applies(full)) continue;
+          kinds += std::string(kinds.empty() ? "" : " or ") + "\"" + t.name + "\"";
         }
         throw InputError(where(full, v), full + " applies only to task.kind = " + kinds +
                                              " (this run has task.kind = \"" + kind + "\")");
@@ -753,7 +791,7 @@ class Loader {
                        "set either task.dataset or task.prompt_set, not both");
     }
     if (!has_dataset && !has_prompt_set) {
-      throw InputError(origin_, spec.task.kind == TaskKind::generate
+      throw InputError(origin_, task_info(spec.task.kind).applies("task.prompt_set")
                                     ? "task.dataset (or task.prompt_set) is required: add 'dataset = ...' under [task]"
                                     : "task.dataset is required: add 'dataset = ...' under [task]");
     }
@@ -770,7 +808,7 @@ class Loader {
                              std::to_string(spec.task.fixed_prompt_length) + ")");
       }
     }
-    if (spec.task.kind == TaskKind::perplexity && spec.task.stride > 0 && spec.task.context_length > 0 &&
+    if (task_info(spec.task.kind).applies("task.stride") && spec.task.stride > 0 && spec.task.context_length > 0 &&
         spec.task.stride > spec.task.context_length) {
       throw InputError(where("task.stride", find_value(*find_spec("task", "stride"))),
                        "task.stride (" + std::to_string(spec.task.stride) + ") must not exceed task.context_length (" +
@@ -798,7 +836,7 @@ class Loader {
       throw InputError(where("quantization.smoothquant_alpha", find_value(*find_spec("quantization", "smoothquant_alpha"))),
                        "quantization.smoothquant_alpha applies only with quantization.smoothquant = true");
     }
-    if (spec.task.kind == TaskKind::qa && spec.task.doc_stride >= spec.task.max_seq_length) {
+    if (task_info(spec.task.kind).applies("task.doc_stride") && spec.task.doc_stride >= spec.task.max_seq_length) {
       // Blame doc_stride where the user set it; else the max_seq_length that made the default too big.
       const bool stride_set = set_keys_.count("task.doc_stride") > 0;
       const std::string blame = stride_set ? "doc_stride" : "max_seq_length";

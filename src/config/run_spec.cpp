@@ -28,20 +28,6 @@ const char* to_string(Device d) {
   return "?";
 }
 
-const char* to_string(TaskKind k) {
-  switch (k) {
-    case TaskKind::qa:
-      return "qa";
-    case TaskKind::mlm:
-      return "mlm";
-    case TaskKind::generate:
-      return "generate";
-    case TaskKind::perplexity:
-      return "perplexity";
-  }
-  return "?";
-}
-
 const char* to_string(LogitsMode m) {
   switch (m) {
     case LogitsMode::none:

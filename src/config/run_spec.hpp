@@ -7,21 +7,20 @@
 #include <optional>
 #include <string>
 
+#include "task/registry.hpp"  // TaskKind
+
 namespace evalrun {
 
 enum class DType { fp32, bf16, fp16 };
 enum class Device { cpu, cuda, aiu };
-enum class TaskKind { qa, mlm, generate, perplexity };
 enum class LogitsMode { none, topk, full };
 
 const char* to_string(DType);
 const char* to_string(Device);
-const char* to_string(TaskKind);
 const char* to_string(LogitsMode);
 
 struct RunSection {
   std::string name;        // required; names results/<name>.h5 when output.path is not set
-  std::uint64_t seed = 0;  // seeds torch (random init, any sampling)
   int threads = 0;         // torch intra-op threads per rank; 0 = cores on the node / ranks on the node
 };
 

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "common/errors.hpp"
+#include "task/registry.hpp"
 #include "common/logging.hpp"
 #include "device/aiu_plugin.h"
 #include "device/backends.hpp"
@@ -164,8 +165,7 @@ PluginProbe probe_aiu_plugin(const std::string& path, const std::string& where, 
 
 std::shared_ptr<Backend> make_aiu_backend(const RunSpec& spec, const RankPlan& plan) {
   auto plugin = Plugin::open(plan.plugin, plan.plugin_from);
-  const std::string kind =
-      spec.task.kind == TaskKind::generate || spec.task.kind == TaskKind::perplexity ? "decoder" : "encoder";
+  const std::string kind = to_string(task_info(spec.task.kind).role);
   const std::vector<std::pair<std::string, std::string>> kv = {
       {"rank", std::to_string(plan.place.rank)},
       {"world_size", std::to_string(plan.place.world_size)},

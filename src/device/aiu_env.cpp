@@ -4,10 +4,10 @@
 #include <cstdlib>
 #include <map>
 
+#include "task/registry.hpp"
+
 namespace evalrun::device {
 namespace {
-
-bool is_decoder(TaskKind k) { return k == TaskKind::generate || k == TaskKind::perplexity; }
 
 bool hex_run(const std::string& s, std::size_t at, std::size_t n) {
   if (at + n > s.size()) return false;
@@ -47,7 +47,7 @@ AiuEnvPlan plan_aiu_env(const RunSpec& spec, const RankPlace& place, const EnvLo
   };
   want("FLEX_COMPUTE", "SENTIENT", "compute on the AIU card");
   want("FLEX_DEVICE", spec.aiu.vfio_mode, "aiu.vfio_mode = \"" + spec.aiu.vfio_mode + "\"");
-  if (is_decoder(spec.task.kind)) {
+  if (task_info(spec.task.kind).role == ModelRole::decoder) {
     want("DTCOMPILER_KEEP_EXPORT", "true", "decoder task");
     want("COMPILATION_MODE", "offline_decoder", "decoder task");
   } else {

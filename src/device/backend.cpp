@@ -6,6 +6,7 @@
 #include "common/errors.hpp"
 #include "common/logging.hpp"
 #include "device/backends.hpp"
+#include "task/registry.hpp"
 
 namespace evalrun::device {
 namespace {
@@ -170,13 +171,10 @@ RankPlan plan_rank(const RunSpec& spec, const RankPlace& place, const EnvLookup&
       p.compute = "projections " + proj + " through the plugin; embeddings, norms, attention and heads " + host +
                   " on the host";
       if (spec.aiu.compile_dynamic == "static") {
-        const bool fixed = (spec.task.kind == TaskKind::qa && spec.task.pad_to_max_length) ||
-                           (spec.task.kind == TaskKind::generate && spec.task.fixed_prompt_length > 0);
-        if (!fixed && (spec.task.kind == TaskKind::qa || spec.task.kind == TaskKind::generate)) {
+        const TaskInfo& task = task_info(spec.task.kind);
+        if (task.shapes_fixed != nullptr && !task.shapes_fixed(spec)) {
           p.notes.push_back(std::string("aiu.compile_dynamic = \"static\" compiles every input shape once; ") +
-                            (spec.task.kind == TaskKind::qa ? "task.pad_to_max_length = true"
-                                                            : "task.fixed_prompt_length") +
-                            " keeps the shapes few (or use compile_dynamic = \"symbolic\")");
+                            task.fixed_shape_option + " keeps the shapes few (or use compile_dynamic = \"symbolic\")");
         }
       }
       break;

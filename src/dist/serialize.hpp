@@ -71,4 +71,34 @@ class ByteReader {
   std::size_t pos_ = 0;
 };
 
+// A list of typed records: the count, then each record's own write(). A record type serializes itself
+// next to its definition: `void write(ByteWriter&) const` and `static T read(ByteReader&)`, the same
+// fields in the same order (tests/unit/task/records_test.cpp round-trips each).
+template <class Record>
+void put_records(ByteWriter& w, const std::vector<Record>& records) {
+  w.put<std::uint64_t>(records.size());
+  for (const auto& r : records) r.write(w);
+}
+template <class Record>
+std::vector<Record> get_records(ByteReader& r) {
+  const auto n = r.get<std::uint64_t>();
+  std::vector<Record> out;
+  for (std::uint64_t i = 0; i < n; ++i) out.push_back(Record::read(r));
+  return out;
+}
+// One record as a buffer of its own, and back (the reader must consume all of it).
+template <class Record>
+std::string to_bytes(const Record& record) {
+  ByteWriter w;
+  record.write(w);
+  return w.take();
+}
+template <class Record>
+Record from_bytes(const std::string& bytes) {
+  ByteReader r(bytes);
+  Record out = Record::read(r);
+  if (!r.done()) throw std::runtime_error("ByteReader: bytes left after a record");
+  return out;
+}
+
 }  // namespace evalrun

@@ -23,14 +23,12 @@ std::string supported_list() {
 
 }  // namespace
 
-const char* to_string(ModelRole r) { return r == ModelRole::encoder ? "encoder" : "causal LM"; }
-
 const std::vector<Architecture>& architectures() {
   static const std::vector<Architecture> rows = {
       {"RobertaForQuestionAnswering", "roberta", ModelRole::encoder, build<RobertaModel>},
       {"RobertaForMaskedLM", "roberta", ModelRole::encoder, build<RobertaModel>},
-      {"LlamaForCausalLM", "llama", ModelRole::causal_lm, build<LlamaModel>},
-      {"GraniteForCausalLM", "granite", ModelRole::causal_lm, build<LlamaModel>},
+      {"LlamaForCausalLM", "llama", ModelRole::decoder, build<LlamaModel>},
+      {"GraniteForCausalLM", "granite", ModelRole::decoder, build<LlamaModel>},
   };
   return rows;
 }
@@ -62,8 +60,8 @@ std::unique_ptr<Model> load_model(const ModelLoad& how, ModelRole role) {
   if (a.role != role) {
     throw InputError((std::filesystem::path(how.dir) / "config.json").string() + ": architectures",
                      std::string("'") + a.name + "' is " + (a.role == ModelRole::encoder ? "an " : "a ") +
-                         to_string(a.role) + ", but this run needs " + (role == ModelRole::encoder ? "an " : "a ") +
-                         to_string(role));
+                         to_string(a.role) + " model, but this run needs " +
+                         (role == ModelRole::encoder ? "an " : "a ") + to_string(role) + " model");
   }
   return a.load(how);
 }
@@ -73,7 +71,7 @@ std::unique_ptr<EncoderModel> load_encoder(const ModelLoad& how) {
 }
 
 std::unique_ptr<CausalLM> load_causal_lm(const ModelLoad& how) {
-  return std::unique_ptr<CausalLM>(static_cast<CausalLM*>(load_model(how, ModelRole::causal_lm).release()));
+  return std::unique_ptr<CausalLM>(static_cast<CausalLM*>(load_model(how, ModelRole::decoder).release()));
 }
 
 }  // namespace evalrun

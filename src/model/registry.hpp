@@ -9,11 +9,9 @@
 #include <vector>
 
 #include "model/model.hpp"
+#include "task/registry.hpp"  // ModelRole: what a task runs
 
 namespace evalrun {
-
-enum class ModelRole { encoder, causal_lm };
-const char* to_string(ModelRole);
 
 struct Architecture {
   const char* name;        // config.json "architectures" entry, e.g. "LlamaForCausalLM"

@@ -12,6 +12,7 @@ namespace {
 struct PaddedBatch {
   std::vector<std::int64_t> ids, mask;
   std::int64_t rows = 0, seq = 0;
+  std::int64_t real_tokens = 0;  // not padding
 };
 
 PaddedBatch pad_batch(const std::vector<EncoderItem>& items, const std::vector<std::size_t>& members,
@@ -26,6 +27,7 @@ PaddedBatch pad_batch(const std::vector<EncoderItem>& items, const std::vector<s
     const auto& ids = items[members[r]].input_ids;
     std::copy(ids.begin(), ids.end(), b.ids.begin() + r * b.seq);
     std::fill_n(b.mask.begin() + r * b.seq, ids.size(), 1);
+    b.real_tokens += static_cast<std::int64_t>(ids.size());
   }
   return b;
 }
@@ -47,7 +49,7 @@ std::vector<QaItemResult> run_qa_items(EncoderModel& model, const std::vector<En
                                        const EncoderBatchOptions& options, const BatchDone<QaItemResult>& batch_done) {
   std::vector<QaItemResult> results(items.size());
   std::vector<float> start, end;
-  std::size_t done = 0;
+  std::size_t done = 0, batch = 0;
   double total_seconds = 0.0;
   for (const auto& members : batches_of(items, options.batch_size)) {
     PaddedBatch b = pad_batch(items, members, options);
@@ -55,6 +57,7 @@ std::vector<QaItemResult> run_qa_items(EncoderModel& model, const std::vector<En
     model.question_answering(b.ids.data(), b.mask.data(), b.rows, b.seq, start, end);
     const double dt = seconds_since(t0);
     total_seconds += dt;
+    log_batch("qa", batch++, b.rows, b.seq, b.real_tokens, dt);
     for (std::int64_t r = 0; r < b.rows; ++r) {
       const auto& item = items[members[r]];
       auto& out = results[members[r]];
@@ -76,7 +79,7 @@ std::vector<MlmItemResult> run_mlm_items(EncoderModel& model, const std::vector<
                                          const BatchDone<MlmItemResult>& batch_done) {
   std::vector<MlmItemResult> results(items.size());
   std::vector<float> logits;
-  std::size_t done = 0;
+  std::size_t done = 0, batch = 0;
   double total_seconds = 0.0;
   for (const auto& members : batches_of(items, options.batch_size)) {
     PaddedBatch b = pad_batch(items, members, options);
@@ -88,6 +91,7 @@ std::vector<MlmItemResult> run_mlm_items(EncoderModel& model, const std::vector<
     model.masked_lm(b.ids.data(), b.mask.data(), b.rows, b.seq, positions, logits);
     const double dt = seconds_since(t0);
     total_seconds += dt;
+    log_batch("mlm", batch++, b.rows, b.seq, b.real_tokens, dt);
     const std::size_t vocab = positions.empty() ? 0 : logits.size() / positions.size();
     std::size_t row = 0;
     for (std::int64_t r = 0; r < b.rows; ++r) {

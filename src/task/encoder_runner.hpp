@@ -7,16 +7,31 @@
 #include <functional>
 #include <vector>
 
+#include "dist/serialize.hpp"
 #include "task/batch_done.hpp"
 
 namespace evalrun {
 
 class EncoderModel;
 
+// A work item; a shard is put_records() of them.
 struct EncoderItem {
   std::uint64_t index = 0;                  // global feature index
   std::vector<std::int64_t> input_ids;      // unpadded
   std::vector<std::int64_t> mask_positions; // mlm only
+
+  void write(ByteWriter& w) const {
+    w.put<std::uint64_t>(index);
+    w.put_vector(input_ids);
+    w.put_vector(mask_positions);
+  }
+  static EncoderItem read(ByteReader& r) {
+    EncoderItem it;
+    it.index = r.get<std::uint64_t>();
+    it.input_ids = r.get_vector<std::int64_t>();
+    it.mask_positions = r.get_vector<std::int64_t>();
+    return it;
+  }
 };
 
 struct EncoderBatchOptions {
@@ -27,10 +42,25 @@ struct EncoderBatchOptions {
   std::function<void(std::size_t, std::size_t, double)> progress;
 };
 
+// One feature's result; its record (write/read) is what a rank journals and sends to rank 0. The
+// index travels beside the record (task flows' gathered buffers, the journal), not in it.
 struct QaItemResult {
   std::uint64_t index = 0;
   std::vector<float> start_logits, end_logits;  // one per input id
   double seconds = 0.0;                         // this item's share of its batch's model time
+
+  void write(ByteWriter& w) const {
+    w.put<double>(seconds);
+    w.put_vector(start_logits);
+    w.put_vector(end_logits);
+  }
+  static QaItemResult read(ByteReader& r) {
+    QaItemResult q;
+    q.seconds = r.get<double>();
+    q.start_logits = r.get_vector<float>();
+    q.end_logits = r.get_vector<float>();
+    return q;
+  }
 };
 
 struct MlmItemResult {

@@ -110,7 +110,7 @@ std::vector<GenerationResult> run_generation(CausalLM& model, const std::vector<
   };
 
   std::vector<float> logits;
-  std::size_t done = 0;
+  std::size_t done = 0, batch = 0;
   double total_seconds = 0.0;
   for (const auto& members : make_batches(lengths, options.batch_size)) {
     const auto rows = static_cast<std::int64_t>(members.size());
@@ -219,7 +219,15 @@ std::vector<GenerationResult> run_generation(CausalLM& model, const std::vector<
       out.batch_rows = rows;
       out.padded_length = padded;
     }
-    for (double s : step_seconds) total_seconds += s;
+    double batch_seconds = 0.0;
+    for (double s : step_seconds) batch_seconds += s;
+    total_seconds += batch_seconds;
+    std::int64_t prompt_tokens = 0;
+    for (std::size_t m : members) prompt_tokens += lengths[m];
+    // The prompt's shape (padding is left padding of the prompts); the steps follow it one token each.
+    log_batch("generate", batch++, rows, padded, prompt_tokens, batch_seconds);
+    log().debug("generate batch {}: prefill {:.3f} s, {} decode step(s)", batch - 1, step_seconds.front(),
+                step_seconds.size() - 1);
     if (batch_done) batch_done(results, members);
     done += members.size();
     if (options.progress) options.progress(done, items.size(), total_seconds);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/serialize.hpp"
 #include "io/prompts.hpp"
 #include "task/batch_done.hpp"
 #include "tokenizer/decoder_tokenizer.hpp"
@@ -56,6 +57,45 @@ struct GenerationItem {
   // forced_ids->size() steps: max_new_tokens does not apply to it and it never stops early at a stop
   // id (the reference decided its length). Must not be empty.
   std::optional<std::vector<std::int64_t>> forced_ids;
+
+  void write(ByteWriter& w) const {
+    w.put<std::uint64_t>(index);
+    w.put_string(id);
+    w.put_vector(prompt_ids);
+    w.put<std::uint8_t>(truncated ? 1 : 0);
+    w.put<std::uint8_t>(forced_ids ? 1 : 0);
+    if (forced_ids) w.put_vector(*forced_ids);
+  }
+  static GenerationItem read(ByteReader& r) {
+    GenerationItem it;
+    it.index = r.get<std::uint64_t>();
+    it.id = r.get_string();
+    it.prompt_ids = r.get_vector<std::int64_t>();
+    it.truncated = r.get<std::uint8_t>() != 0;
+    if (r.get<std::uint8_t>() != 0) it.forced_ids = r.get_vector<std::int64_t>();
+    return it;
+  }
+};
+
+// One rank's generate work: the tokenizer's stop and pad ids (ranks do not load the tokenizer) and
+// its prompts.
+struct GenerationShard {
+  std::vector<std::int64_t> stop_ids;
+  std::int64_t pad_id = 0;
+  std::vector<GenerationItem> items;
+
+  void write(ByteWriter& w) const {
+    w.put_vector(stop_ids);
+    w.put<std::int64_t>(pad_id);
+    put_records(w, items);
+  }
+  static GenerationShard read(ByteReader& r) {
+    GenerationShard s;
+    s.stop_ids = r.get_vector<std::int64_t>();
+    s.pad_id = r.get<std::int64_t>();
+    s.items = get_records<GenerationItem>(r);
+    return s;
+  }
 };
 
 // Tokenizes the prompts (DecoderTokenizer::encode) and applies max_prompt_length / checks
@@ -88,6 +128,36 @@ struct GenerationResult {
   std::vector<double> step_seconds;
   std::int64_t batch_rows = 0;              // rows of its batch
   std::int64_t padded_length = 0;           // prompt length of its batch after padding
+
+  // The record a rank journals and sends to rank 0; the index travels beside it, not in it.
+  void write(ByteWriter& w) const {
+    w.put_vector(generated_ids);
+    w.put_vector(own_ids);
+    w.put<std::uint8_t>(stopped ? 1 : 0);
+    w.put<std::int64_t>(vocab);
+    w.put_vector(step_logits);
+    w.put_vector(topk_ids);
+    w.put_vector(topk_logits);
+    w.put<double>(prefill_seconds);
+    w.put_vector(step_seconds);
+    w.put<std::int64_t>(batch_rows);
+    w.put<std::int64_t>(padded_length);
+  }
+  static GenerationResult read(ByteReader& r) {
+    GenerationResult g;
+    g.generated_ids = r.get_vector<std::int64_t>();
+    g.own_ids = r.get_vector<std::int64_t>();
+    g.stopped = r.get<std::uint8_t>() != 0;
+    g.vocab = r.get<std::int64_t>();
+    g.step_logits = r.get_vector<float>();
+    g.topk_ids = r.get_vector<std::int64_t>();
+    g.topk_logits = r.get_vector<float>();
+    g.prefill_seconds = r.get<double>();
+    g.step_seconds = r.get_vector<double>();
+    g.batch_rows = r.get<std::int64_t>();
+    g.padded_length = r.get<std::int64_t>();
+    return g;
+  }
 };
 
 // Runs the items in batches; results come back in the order of `items`. stop_ids: the tokenizer's

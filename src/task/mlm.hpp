@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/serialize.hpp"
 #include "io/text_dataset.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -36,6 +37,41 @@ struct MaskTopK {
   double logsumexp = 0.0;
 };
 MaskTopK top_k_of_row(const float* logits, std::int64_t vocab, int k);
+
+// What a rank sends rank 0 (and journals) of one sample: per mask its top-k and, with output.logits =
+// "full", the whole logits row. The sample's index travels beside the record, not in it.
+struct MlmItemScores {
+  struct Mask {
+    MaskTopK top;
+    std::vector<float> full_row;  // empty unless the full row is kept
+  };
+  double seconds = 0.0;  // the sample's share of its batch's model time
+  std::vector<Mask> masks;
+
+  void write(ByteWriter& w) const {
+    w.put<double>(seconds);
+    w.put<std::uint64_t>(masks.size());
+    for (const auto& m : masks) {
+      w.put_vector(m.top.ids);
+      w.put_vector(m.top.logits);
+      w.put<double>(m.top.logsumexp);
+      w.put<std::uint8_t>(m.full_row.empty() ? 0 : 1);
+      if (!m.full_row.empty()) w.put_vector(m.full_row);
+    }
+  }
+  static MlmItemScores read(ByteReader& r) {
+    MlmItemScores s;
+    s.seconds = r.get<double>();
+    s.masks.resize(r.get<std::uint64_t>());
+    for (auto& m : s.masks) {
+      m.top.ids = r.get_vector<std::int64_t>();
+      m.top.logits = r.get_vector<float>();
+      m.top.logsumexp = r.get<double>();
+      if (r.get<std::uint8_t>() != 0) m.full_row = r.get_vector<float>();
+    }
+    return s;
+  }
+};
 
 // The fill-in prediction (top_k <= topk.ids.size()).
 MaskPrediction predict_mask(const MaskTopK& topk, int top_k, const ByteLevelBPE& tokenizer);

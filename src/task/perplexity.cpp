@@ -56,7 +56,7 @@ std::vector<WindowScores> score_perplexity_windows(CausalLM& model, const std::v
   std::vector<WindowScores> out(windows.size());
   std::vector<float> logits;
   double total_seconds = 0.0;
-  std::size_t i = 0;
+  std::size_t i = 0, batch = 0;
   while (i < windows.size()) {
     // Skip windows with nothing to score (a 1-token last window).
     if (windows[i].score_from == windows[i].end) {
@@ -89,6 +89,7 @@ std::vector<WindowScores> score_perplexity_windows(CausalLM& model, const std::v
     model.forward(ids.data(), pos.data(), mask.data(), rows, len, *cache, true, logits);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     total_seconds += dt;
+    log_batch("perplexity", batch++, rows, len, rows * len, dt);  // windows of one length: no padding
 
     for (std::int64_t r = 0; r < rows; ++r) {
       const auto& w = windows[members[r]];

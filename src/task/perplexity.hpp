@@ -22,6 +22,7 @@
 #include <functional>
 #include <vector>
 
+#include "dist/serialize.hpp"
 #include "task/batch_done.hpp"
 
 namespace evalrun {
@@ -42,6 +43,38 @@ struct PerplexityWindow {
   std::int64_t begin = 0;      // tokens [begin, end) are fed
   std::int64_t end = 0;
   std::int64_t score_from = 0; // tokens [score_from, end) are scored (empty when score_from == end)
+
+  void write(ByteWriter& w) const {  // a shard is put_records() of windows
+    w.put<std::uint64_t>(index);
+    w.put<std::int64_t>(begin);
+    w.put<std::int64_t>(end);
+    w.put<std::int64_t>(score_from);
+  }
+  static PerplexityWindow read(ByteReader& r) {
+    PerplexityWindow p;
+    p.index = r.get<std::uint64_t>();
+    p.begin = r.get<std::int64_t>();
+    p.end = r.get<std::int64_t>();
+    p.score_from = r.get<std::int64_t>();
+    return p;
+  }
+};
+
+// What every rank gets besides its windows: the whole token stream and the context length.
+struct PerplexityStream {
+  std::vector<std::int64_t> tokens;
+  std::int64_t context_length = 0;
+
+  void write(ByteWriter& w) const {
+    w.put_vector(tokens);
+    w.put<std::int64_t>(context_length);
+  }
+  static PerplexityStream read(ByteReader& r) {
+    PerplexityStream s;
+    s.tokens = r.get_vector<std::int64_t>();
+    s.context_length = r.get<std::int64_t>();
+    return s;
+  }
 };
 
 // The recipe's windows over n_tokens. InputError for context_length < 2, stride outside
@@ -57,6 +90,28 @@ struct WindowScores {
   std::vector<std::int64_t> topk_ids;   // keep_logits k > 0: [positions.size(), k], ties lower id first
   std::vector<float> topk_logits;
   double seconds = 0.0;                 // this window's share of its batch's model time
+
+  // The record a rank journals and sends to rank 0; the index travels beside it, not in it.
+  void write(ByteWriter& w) const {
+    w.put_vector(positions);
+    w.put_vector(log_probs);
+    w.put<std::int64_t>(vocab);
+    w.put_vector(logits);
+    w.put_vector(topk_ids);
+    w.put_vector(topk_logits);
+    w.put<double>(seconds);
+  }
+  static WindowScores read(ByteReader& r) {
+    WindowScores s;
+    s.positions = r.get_vector<std::int64_t>();
+    s.log_probs = r.get_vector<double>();
+    s.vocab = r.get<std::int64_t>();
+    s.logits = r.get_vector<float>();
+    s.topk_ids = r.get_vector<std::int64_t>();
+    s.topk_logits = r.get_vector<float>();
+    s.seconds = r.get<double>();
+    return s;
+  }
 };
 
 // Runs the given windows (any subset of make_perplexity_windows' result) over `tokens`; results in

@@ -9,6 +9,7 @@
 
 #include "common/errors.hpp"
 #include "io/hdf5_file.hpp"
+#include "task/registry.hpp"
 #include "validate/divergence.hpp"
 
 namespace evalrun {
@@ -78,6 +79,7 @@ std::string fmt(double v, const char* f = "%.6g") {
 struct Builder {
   Comparison& c;
   const Thresholds& t;
+  std::string section;  // the task's thresholds section
   void info(const std::string& name, double value, const std::string& meaning) {
     c.metrics.push_back({name, value, std::nullopt, std::nullopt, meaning});
   }
@@ -85,9 +87,9 @@ struct Builder {
   void check(const std::string& name, double value, const std::string& key) {
     Metric m{name, value, std::nullopt, std::nullopt, ""};
     for (const auto& s : threshold_specs())
-      if (s.task == c.task && s.key == key) {
+      if (s.task == section && s.key == key) {
         m.meaning = s.meaning;
-        (s.is_minimum ? m.min : m.max) = t.get(c.task, key);
+        (s.is_minimum ? m.min : m.max) = t.get(section, key);
       }
     c.metrics.push_back(m);
   }
@@ -558,6 +560,22 @@ void compare_perplexity(const H5Reader& ref, const H5Reader& cand, const std::ve
   }
 }
 
+// How each task's result files are compared, keyed by the task registry's TaskKind.
+using CompareFunction = void (*)(const H5Reader& ref, const H5Reader& cand, const std::vector<std::string>& ids,
+                                 Builder& b);
+struct CompareRow {
+  TaskKind kind;
+  CompareFunction function;
+  constexpr bool complete() const { return function != nullptr; }
+};
+constexpr CompareRow kCompare[] = {
+    {TaskKind::qa, compare_qa},
+    {TaskKind::mlm, compare_mlm},
+    {TaskKind::generate, compare_generate},
+    {TaskKind::perplexity, compare_perplexity},
+};
+static_assert(rows_cover_every_task(kCompare), "kCompare needs one row per TaskKind, in TaskKind order");
+
 }  // namespace
 
 Comparison compare_results(const std::string& reference, const std::string& candidate, const Thresholds& thresholds) {
@@ -579,12 +597,10 @@ Comparison compare_results(const std::string& reference, const std::string& cand
   const auto ids = ref.read_strings("/samples/id");
   require_same_ids(ref, cand, ids);
   c.n_samples = ids.size();
-  Builder b{c, thresholds};
-  if (c.task == "generate") compare_generate(ref, cand, ids, b);
-  else if (c.task == "qa") compare_qa(ref, cand, ids, b);
-  else if (c.task == "mlm") compare_mlm(ref, cand, ids, b);
-  else if (c.task == "perplexity") compare_perplexity(ref, cand, ids, b);
-  else throw InputError(reference, "task '" + c.task + "' cannot be compared (known: generate, qa, mlm, perplexity)");
+  const TaskInfo* task = find_task(c.task);
+  if (task == nullptr) throw InputError(reference, "task '" + c.task + "' cannot be compared (known: " + task_names() + ")");
+  Builder b{c, thresholds, task->thresholds_section};
+  kCompare[static_cast<std::size_t>(task->kind)].function(ref, cand, ids, b);
   std::stable_sort(c.rows.begin(), c.rows.end(), [](const SampleRow& x, const SampleRow& y) { return x.badness > y.badness; });
   return c;
 }

@@ -11,6 +11,7 @@
 #include "common/errors.hpp"
 #include "common/text.hpp"
 #include "common/utf8.hpp"
+#include "task/registry.hpp"
 
 namespace evalrun {
 
@@ -101,10 +102,15 @@ Thresholds Thresholds::load(const std::string& path) {
   }
   Thresholds t;
   t.origin_ = path;
-  const std::vector<std::string> tasks = {"generate", "qa", "mlm", "perplexity"};
+  std::vector<std::string> sections;  // one per task, from the task registry
+  std::string section_list;
+  for (const auto& task : task_registry()) {
+    sections.push_back(task.thresholds_section);
+    section_list += (section_list.empty() ? "" : ", ") + sections.back();
+  }
   for (const auto& [section, table] : root.as_table()) {
-    if (std::find(tasks.begin(), tasks.end(), section) == tasks.end() || !table.is_table())
-      throw InputError(line_of(path, table), "unknown section '" + section + "'; sections are generate, qa, mlm, perplexity");
+    if (std::find(sections.begin(), sections.end(), section) == sections.end() || !table.is_table())
+      throw InputError(line_of(path, table), "unknown section '" + section + "'; sections are " + section_list);
     for (const auto& [key, v] : table.as_table()) {
       const std::string where = line_of(path, v);
       if (t.values_.count(section + "." + key) == 0)

@@ -55,7 +55,6 @@ std::string error_of(const std::string& text, const std::vector<std::string>& ov
 
 void expect_same(const RunSpec& a, const RunSpec& b) {
   EXPECT_EQ(a.run.name, b.run.name);
-  EXPECT_EQ(a.run.seed, b.run.seed);
   EXPECT_EQ(a.run.threads, b.run.threads);
   EXPECT_EQ(a.model.path, b.model.path);
   EXPECT_EQ(a.model.tokenizer, b.model.tokenizer);
@@ -84,7 +83,6 @@ void expect_same(const RunSpec& a, const RunSpec& b) {
 const std::string kFullQa = R"(# every key a QA run accepts
 [run]
 name = "roberta.squad-v2_fp32"
-seed = 1234
 threads = 3
 
 [model]
@@ -120,7 +118,6 @@ TEST(ConfigLoad, FullQaConfigSetsEveryField) {
   RunSpec s = parse_run_spec(kFullQa, "full.toml");
   EXPECT_EQ(s.config_path, "full.toml");
   EXPECT_EQ(s.run.name, "roberta.squad-v2_fp32");
-  EXPECT_EQ(s.run.seed, 1234u);
   EXPECT_EQ(s.run.threads, 3);
   EXPECT_EQ(s.model.path, "models/roberta-base");
   EXPECT_EQ(s.model.tokenizer, "models/tok");
@@ -155,7 +152,6 @@ TEST(ConfigLoad, FullMlmConfig) {
 TEST(ConfigLoad, DefaultsForUnsetKeys) {
   RunSpec s = parse_run_spec(kQa, "cfg.toml");
   const RunSpec d;  // the struct's defaults are the documented ones
-  EXPECT_EQ(s.run.seed, 0u);
   EXPECT_EQ(s.run.threads, 0);
   EXPECT_EQ(s.model.dtype, DType::fp32);
   EXPECT_EQ(s.model.device, Device::cpu);
@@ -256,6 +252,52 @@ TEST(ConfigSyntax, BareWordValue) {
 
 // ---- unknown sections and keys ------------------------------------------------------------------
 
+// run.seed seeded nothing (no run draws random numbers) and was removed: an old config gets an error
+// that says so, in the file and through --set.
+TEST(ConfigRemoved, RunSeedIsAnErrorThatSaysWhy) {
+  std::string m = error_of("[run]\nseed = 0\n" + kQa.substr(6));
+  EXPECT_HAS(m, "cfg.toml:2");
+  EXPECT_HAS(m, "run.seed was removed: nothing in a run is random");
+  EXPECT_HAS(m, "make-model --seed");
+  EXPECT_HAS(m, "delete it from the config");
+  m = error_of(kQa, {"run.seed=3"});
+  EXPECT_HAS(m, "run.seed was removed");
+  EXPECT_EQ(describe_config_keys().find("run.seed"), std::string::npos);
+}
+
+// task.kind's values, the keys that apply only to some tasks, and perplexity's logits default come
+// from the task registry.
+TEST(ConfigTasks, KindValuesAndApplicabilityComeFromTheRegistry) {
+  // A value of the right type and range for each per-task key.
+  auto value_for = [](const std::string& key) -> std::string {
+    for (const char* b : {"version_2_with_negative", "pad_to_max_length", "no_early_termination"})
+      if (key.find(b) != std::string::npos) return "true";
+    if (key == "task.prompt_set") return "chat";
+    if (key == "output.predictions_json" || key == "validation.golden") return "x";
+    return "20";
+  };
+  for (const auto& t : task_registry()) {
+    EXPECT_HAS(describe_config_keys(), std::string(t.name) + " = " + t.summary);
+    for (const auto& key : t.keys) {
+      // Set on every task that does not list it, the key is refused naming the task kinds that do.
+      for (const auto& other : task_registry()) {
+        if (other.applies(key)) continue;
+        const std::string base = "[run]\nname = \"r\"\n[model]\npath = \"m\"\n[task]\nkind = \"" +
+                                 std::string(other.name) + "\"\ndataset = \"d\"\n";
+        const std::string m = error_of(base, {key + "=" + value_for(key)});
+        EXPECT_HAS(m, key + " applies only to task.kind = ");
+        EXPECT_HAS(m, std::string("\"") + t.name + "\"");
+        EXPECT_HAS(m, std::string("(this run has task.kind = \"") + other.name + "\")");
+      }
+    }
+    const RunSpec s = parse_run_spec("[run]\nname = \"r\"\n[model]\npath = \"m\"\n[task]\nkind = \"" +
+                                         std::string(t.name) + "\"\ndataset = \"d\"\n",
+                                     "cfg.toml");
+    EXPECT_EQ(s.task.kind, t.kind);
+    EXPECT_EQ(s.output.logits, t.logits_by_default ? LogitsMode::full : LogitsMode::none) << t.name;
+  }
+}
+
 TEST(ConfigUnknown, KeySuggestsClosest) {
   std::string m = error_of(kQa + "batchsize = 4\n");
   EXPECT_HAS(m, "cfg.toml:8");
@@ -282,10 +324,10 @@ TEST(ConfigUnknown, SectionSuggestsClosest) {
 }
 
 TEST(ConfigUnknown, TopLevelKeyBelongsInSection) {
-  std::string m = error_of("seed = 3\n" + kQa);
+  std::string m = error_of("threads = 3\n" + kQa);
   EXPECT_HAS(m, "cfg.toml:1");
-  EXPECT_HAS(m, "unknown key 'seed'");
-  EXPECT_HAS(m, "run.seed");
+  EXPECT_HAS(m, "unknown key 'threads'");
+  EXPECT_HAS(m, "run.threads");
 }
 
 TEST(ConfigUnknown, NestedTableIsUnknownKey) {
@@ -389,8 +431,7 @@ INSTANTIATE_TEST_SUITE_P(
         RangeCase{kQa, "version_2_with_negative = true\nnull_score_diff_threshold = -inf\n", "cfg.toml:9",
                   "must be a finite number"},
         RangeCase{"[run]\nthreads = -1\n" + kQa.substr(6), "", "cfg.toml:2",
-                  "run.threads: must be >= 0, got -1"},
-        RangeCase{"[run]\nseed = -5\n" + kQa.substr(6), "", "cfg.toml:2", "run.seed: must be >= 0, got -5"}));
+                  "run.threads: must be >= 0, got -1"}));
 
 TEST(ConfigRangeEdges, BoundsAreInclusive) {
   RunSpec s = parse_run_spec(kQa + "max_seq_length = 16\ndoc_stride = 15\nmax_samples = 0\n", "cfg.toml");
@@ -672,7 +713,6 @@ TEST(ConfigFile, MissingFileIsInputError) {
 TEST(ConfigDescribe, ListsEveryKey) {
   std::string t = describe_config_keys();
   for (const char* key : {"run.name",
-                          "run.seed",
                           "run.threads",
                           "model.path",
                           "model.tokenizer",

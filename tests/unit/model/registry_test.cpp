@@ -83,9 +83,9 @@ TEST_F(Registry, EveryRowLoadsItsArchitectureWithItsRole) {
 TEST_F(Registry, ACheckpointOfTheOtherRoleIsRefused) {
   std::string e = load_error(dir("LlamaForCausalLM"), ModelRole::encoder);
   EXPECT_NE(e.find("config.json: architectures"), std::string::npos) << e;
-  EXPECT_NE(e.find("'LlamaForCausalLM' is a causal LM, but this run needs an encoder"), std::string::npos) << e;
-  e = load_error(dir("RobertaForMaskedLM"), ModelRole::causal_lm);
-  EXPECT_NE(e.find("'RobertaForMaskedLM' is an encoder, but this run needs a causal LM"), std::string::npos) << e;
+  EXPECT_NE(e.find("'LlamaForCausalLM' is a decoder model, but this run needs an encoder model"), std::string::npos) << e;
+  e = load_error(dir("RobertaForMaskedLM"), ModelRole::decoder);
+  EXPECT_NE(e.find("'RobertaForMaskedLM' is an encoder model, but this run needs a decoder model"), std::string::npos) << e;
 }
 
 TEST_F(Registry, UnknownArchitecturesListTheSupportedOnes) {
@@ -93,7 +93,7 @@ TEST_F(Registry, UnknownArchitecturesListTheSupportedOnes) {
     c["architectures"] = {"MistralForCausalLM"};
     c["model_type"] = "mistral";
   });
-  const std::string e = load_error(d, ModelRole::causal_lm);
+  const std::string e = load_error(d, ModelRole::decoder);
   EXPECT_NE(e.find("config.json: architectures"), std::string::npos) << e;
   EXPECT_NE(e.find("'MistralForCausalLM' is not supported"), std::string::npos) << e;
   for (const auto& a : architectures()) EXPECT_NE(e.find(a.name), std::string::npos) << e;
@@ -101,7 +101,7 @@ TEST_F(Registry, UnknownArchitecturesListTheSupportedOnes) {
 
 TEST_F(Registry, ModelTypeMustMatchTheArchitecture) {
   const std::string d = edited("LlamaForCausalLM", "type", [](json& c) { c["model_type"] = "granite"; });
-  const std::string e = load_error(d, ModelRole::causal_lm);
+  const std::string e = load_error(d, ModelRole::decoder);
   EXPECT_NE(e.find("config.json: model_type"), std::string::npos) << e;
   EXPECT_NE(e.find("'granite' does not match architectures 'LlamaForCausalLM' (expected model_type 'llama')"),
             std::string::npos)
@@ -111,12 +111,12 @@ TEST_F(Registry, ModelTypeMustMatchTheArchitecture) {
 TEST_F(Registry, ArchitecturesMustNameExactlyOne) {
   for (const json& value : {json::array(), json::array({"LlamaForCausalLM", "GraniteForCausalLM"}), json("LlamaForCausalLM")}) {
     const std::string d = edited("LlamaForCausalLM", "arch-list", [&](json& c) { c["architectures"] = value; });
-    const std::string e = load_error(d, ModelRole::causal_lm);
+    const std::string e = load_error(d, ModelRole::decoder);
     EXPECT_NE(e.find("config.json: architectures"), std::string::npos) << e;
     EXPECT_NE(e.find("exactly one"), std::string::npos) << e;
   }
   const std::string d = edited("LlamaForCausalLM", "arch-missing", [](json& c) { c.erase("architectures"); });
-  EXPECT_NE(load_error(d, ModelRole::causal_lm).find("architectures: missing"), std::string::npos);
+  EXPECT_NE(load_error(d, ModelRole::decoder).find("architectures: missing"), std::string::npos);
 }
 
 }  // namespace

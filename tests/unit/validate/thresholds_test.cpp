@@ -2,9 +2,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "common/errors.hpp"
 #include "test_util.hpp"
+#include "task/registry.hpp"
 #include "validate/thresholds.hpp"
 
 using namespace evalrun;
@@ -56,4 +58,19 @@ TEST(Thresholds, BadSectionValueAndSyntax) {
   // toml11 read past its buffer on invalid UTF-8 in a literal string (found by fuzz_config); refused first.
   EXPECT_NE(error_of(write("utf8.toml", "[mlm]\n# x\nname = 'a\xff'\n")).find("utf8.toml:3"), std::string::npos);
   EXPECT_NE(error_of("/nonexistent/t.toml").find("/nonexistent/t.toml"), std::string::npos);
+}
+
+// Every task of the registry has a thresholds section with limits, and every limit belongs to one;
+// a section that is no task's is refused, listing the registry's sections.
+TEST(Thresholds, SectionsAreTheTaskRegistrysSections) {
+  std::set<std::string> sections;
+  for (const auto& t : task_registry()) sections.insert(t.thresholds_section);
+  std::set<std::string> used;
+  for (const auto& s : threshold_specs()) {
+    EXPECT_TRUE(sections.count(s.task)) << s.task << "." << s.key << " is in no task's section";
+    used.insert(s.task);
+  }
+  EXPECT_EQ(used, sections);
+  const std::string m = error_of(write("other.toml", "[summarize]\nx = 1\n"));
+  EXPECT_NE(m.find("unknown section 'summarize'; sections are qa, mlm, generate, perplexity"), std::string::npos) << m;
 }

@@ -1,0 +1,75 @@
+#include "app/flows/decoder_flow.hpp"
+
+#include "common/errors.hpp"
+#include "common/logging.hpp"
+#include "dist/serialize.hpp"
+
+namespace evalrun {
+
+int keep_logits(const RunSpec& spec) {
+  switch (spec.output.logits) {
+    case LogitsMode::none:
+      return 0;
+    case LogitsMode::topk:
+      return spec.output.top_k;
+    case LogitsMode::full:
+      return -1;
+  }
+  return 0;
+}
+
+void check_ids_in_vocab(const std::vector<std::int64_t>& ids, std::int64_t vocab, const std::string& model_path,
+                        const std::string& what) {
+  for (auto id : ids) {
+    if (id < 0 || id >= vocab) {
+      throw InputError(model_path, what + ": token id " + std::to_string(id) + " is outside the model's vocabulary (" +
+                                       std::to_string(vocab) + "): tokenizer and model do not match");
+    }
+  }
+}
+
+PreparedWork DecoderFlow::prepare(const RunSpec& spec, int ranks, const std::set<std::uint64_t>& skip) {
+  tokenizer_.emplace(DecoderTokenizer::from_dir(tokenizer_dir(spec)));
+  std::string everything;
+  PreparedWork w = prepare_task(spec, ranks, skip, everything);
+  if (spec.quantization.direct) {
+    // Direct quantization: every rank calibrates on the same inputs, sent beside the task's own.
+    ByteWriter b;
+    b.put_string(calibration_(spec).serialize());
+    b.put_string(w.shared);
+    w.shared = b.take();
+  }
+  w.inputs_sha256 = inputs_digest({everything, w.shared});
+  return w;
+}
+
+void DecoderFlow::load(const RunSpec& spec, const std::string& shard, const std::string& all_shared, Provenance& prov,
+                       Communicator* tp) {
+  const auto t0 = Clock::now();
+  refuse_direct_with_tp(spec);
+  std::string shared = all_shared, calibration;
+  if (spec.quantization.direct) {
+    ByteReader b(all_shared);
+    calibration = b.get_string();
+    shared = b.get_string();
+  }
+  if (spec.quantization.direct) require_float_checkpoint(spec);
+  model_ = load_causal_lm({spec.model.path, spec.model.dtype, spec.model.device,
+                           spec.quantization.direct ? "none" : spec.quantization.method, tp});
+  prov.quantization = model_->quantization();
+  if (spec.quantization.direct) {
+    quant::Int8Settings settings = direct_int8_settings(spec);
+    auto sites = quantize_int8(*model_, CalibrationSet::deserialize(calibration), settings);
+    install_int8(*model_, sites);
+    prov.quantization = settings.describe() + " (direct)";
+    log().info("int8: quantized in memory: {}", settings.describe());
+  }
+  put_on_device(*model_, prov);
+  prov.weight_bytes = model_->weight_bytes();
+  prov.architecture = model_->architecture();
+  if (tokenizer_) prov.tokenizer_sha256 = tokenizer_->sha256();
+  const std::size_t items = load_task(spec, shard, shared, model_->vocab_size());
+  log_model_load(spec, prov, seconds_since(t0), items, "items");
+}
+
+}  // namespace evalrun

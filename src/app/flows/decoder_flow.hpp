@@ -1,0 +1,52 @@
+// What the decoder tasks (generate, perplexity: Llama-family causal LMs) share: the tokenizer on rank
+// 0, direct INT8 quantization's calibration inputs sent beside the task's own shared data, loading
+// the model and the checks of token ids against it. Each task's flow (generate_flow.cpp,
+// perplexity_flow.cpp) prepares its items, runs them and writes its result file.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "app/direct_quant.hpp"
+#include "app/task_flow.hpp"
+#include "model/registry.hpp"
+#include "tokenizer/decoder_tokenizer.hpp"
+
+namespace evalrun {
+
+class DecoderFlow : public TaskFlow {
+ public:
+  using Calibration = CalibrationSet (*)(const RunSpec&);
+  explicit DecoderFlow(Calibration calibration) : calibration_(calibration) {}
+
+  PreparedWork prepare(const RunSpec& spec, int ranks, const std::set<std::uint64_t>& skip) final;
+  void load(const RunSpec& spec, const std::string& shard, const std::string& shared, Provenance& prov,
+            Communicator* tp) final;
+
+ protected:
+  // rank 0, with tokenizer_ loaded: the task's shards and shared data; `everything` gets every item
+  // as one shard (for the inputs digest).
+  virtual PreparedWork prepare_task(const RunSpec& spec, int ranks, const std::set<std::uint64_t>& skip,
+                                    std::string& everything) = 0;
+  // every rank, after the model is loaded: the task's shard and shared data (checked against `vocab`).
+  // Returns the shard's item count (for the load log).
+  virtual std::size_t load_task(const RunSpec& spec, const std::string& shard, const std::string& shared,
+                                std::int64_t vocab) = 0;
+
+  std::optional<DecoderTokenizer> tokenizer_;  // rank 0
+  std::unique_ptr<CausalLM> model_;
+
+ private:
+  Calibration calibration_;
+};
+
+// What the runners keep of each step's logits (output.logits): 0 none, -1 full rows, k > 0 top-k.
+int keep_logits(const RunSpec& spec);
+// InputError naming the model when an id is outside its vocabulary; `what` names the ids.
+void check_ids_in_vocab(const std::vector<std::int64_t>& ids, std::int64_t vocab, const std::string& model_path,
+                        const std::string& what);
+
+}  // namespace evalrun

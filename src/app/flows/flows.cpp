@@ -1,0 +1,33 @@
+#include "app/flows/flows.hpp"
+
+#include <stdexcept>
+
+#include "task/registry.hpp"
+
+namespace evalrun {
+namespace {
+
+// The flow of each task of the registry, in TaskKind order.
+struct FlowRow {
+  TaskKind kind;
+  std::unique_ptr<TaskFlow> (*make)();
+  CalibrationSet (*calibration)(const RunSpec&);
+  constexpr bool complete() const { return make != nullptr && calibration != nullptr; }
+};
+constexpr FlowRow kFlows[] = {
+    {TaskKind::qa, make_qa_flow, qa_calibration},
+    {TaskKind::mlm, make_mlm_flow, mlm_calibration},
+    {TaskKind::generate, make_generate_flow, generate_calibration},
+    {TaskKind::perplexity, make_perplexity_flow, perplexity_calibration},
+};
+static_assert(rows_cover_every_task(kFlows), "kFlows needs one row per TaskKind, in TaskKind order");
+
+const FlowRow& row_of(TaskKind kind) { return kFlows[static_cast<std::size_t>(kind)]; }
+
+}  // namespace
+
+std::unique_ptr<TaskFlow> make_flow(TaskKind kind) { return row_of(kind).make(); }
+
+CalibrationSet task_calibration(const RunSpec& spec) { return row_of(spec.task.kind).calibration(spec); }
+
+}  // namespace evalrun

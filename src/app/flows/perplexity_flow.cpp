@@ -1,0 +1,182 @@
+// task.kind = "perplexity": corpus perplexity of a Llama-family decoder over sliding windows
+// (task/perplexity.hpp). rank 0 tokenizes the corpus once and cuts the windows; every rank gets the
+// token stream and scores its windows; rank 0 sums them up and writes the result file.
+#include "app/flows/decoder_flow.hpp"
+#include "model/llama.hpp"
+#include "app/flows/flows.hpp"
+#include "common/errors.hpp"
+#include "common/logging.hpp"
+#include "common/text.hpp"
+#include "io/hdf5_file.hpp"
+#include "task/perplexity.hpp"
+
+namespace evalrun {
+namespace {
+
+int context_length_of(const RunSpec& spec) {
+  int context = spec.task.context_length;
+  if (context == 0) {
+    context = static_cast<int>(LlamaConfig::from_json_file(spec.model.path + "/config.json").max_position_embeddings);
+  }
+  return context;
+}
+
+class PerplexityFlow : public DecoderFlow {
+ public:
+  PerplexityFlow() : DecoderFlow(perplexity_calibration) {}
+
+  std::string run(const RunSpec& spec, bool report_progress, const ItemSink& sink) override {
+    PerplexityOptions o;
+    o.context_length = context_;
+    o.stride = spec.task.stride;
+    o.batch_size = spec.task.batch_size;
+    o.keep_logits = keep_logits(spec);
+    Progress progress("windows");
+    if (report_progress) o.progress = std::ref(progress);
+    ResultRecords records(sink);
+    score_perplexity_windows(*model_, tokens_, windows_, o,
+                             [&](const std::vector<WindowScores>& scores, const std::vector<std::size_t>& done) {
+                               for (std::size_t i : done) records.add(scores[i].index, scores[i]);
+                               records.end_batch();
+                             });
+    model_.reset();
+    return records.take();
+  }
+
+  void finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
+              Provenance prov) override {
+    const std::size_t nw = all_windows_.size();
+    const std::vector<WindowScores> by_window = read_gathered_records<WindowScores>(gathered, nw, "window");
+    // windows are in stream order and score disjoint ranges, so concatenation is position order
+    std::vector<std::int64_t> positions, topk_ids;
+    std::vector<double> log_probs, item_seconds;
+    std::vector<float> logits, topk_logits;
+    std::int64_t vocab = 0;
+    for (const auto& s : by_window) {
+      positions.insert(positions.end(), s.positions.begin(), s.positions.end());
+      log_probs.insert(log_probs.end(), s.log_probs.begin(), s.log_probs.end());
+      logits.insert(logits.end(), s.logits.begin(), s.logits.end());
+      topk_ids.insert(topk_ids.end(), s.topk_ids.begin(), s.topk_ids.end());
+      topk_logits.insert(topk_logits.end(), s.topk_logits.begin(), s.topk_logits.end());
+      item_seconds.push_back(s.seconds);
+      if (s.vocab > 0) vocab = s.vocab;
+    }
+    for (double s : item_seconds) times.model_total += s;
+    const PerplexitySummary sum = summarize_perplexity(log_probs);
+    const auto scored = static_cast<std::int64_t>(positions.size());
+
+    H5Writer out(spec.output.path);
+    prov.end_time = utc_now_iso8601();
+    write_provenance(out, spec, prov);
+    write_sample_index(out, {spec.task.dataset});
+    out.write("/tokens/ids", tokens_);
+    std::vector<std::int64_t> wb, we, ws;
+    for (const auto& w : all_windows_) {
+      wb.push_back(w.begin);
+      we.push_back(w.end);
+      ws.push_back(w.score_from);
+    }
+    out.write("/windows/begin", wb);
+    out.write("/windows/end", we);
+    out.write("/windows/score_from", ws);
+    out.write("/scores/position", positions);
+    out.write("/scores/log_prob", log_probs);
+    if (spec.output.logits == LogitsMode::full) {
+      out.write("/logits/full", logits, {scored, vocab}, /*row_chunk=*/4);
+    } else if (spec.output.logits == LogitsMode::topk) {
+      out.write("/logits/topk/values", topk_logits, {scored, spec.output.top_k});
+      out.write("/logits/topk/indices", topk_ids, {scored, spec.output.top_k});
+    }
+    out.create_group("/metrics");
+    out.set_attr("/metrics", "perplexity", sum.perplexity);
+    out.set_attr("/metrics", "perplexity_stderr", sum.perplexity_stderr);
+    out.set_attr("/metrics", "mean_nll", sum.mean_nll);
+    out.set_attr("/metrics", "n_scored_tokens", sum.n_scored);
+    out.set_attr("/metrics", "n_tokens", static_cast<std::int64_t>(tokens_.size()));
+    out.set_attr("/metrics", "n_windows", static_cast<std::int64_t>(nw));
+    out.set_attr("/metrics", "context_length", static_cast<std::int64_t>(context_));
+    out.set_attr("/metrics", "stride", static_cast<std::int64_t>(spec.task.stride == 0 ? context_ : spec.task.stride));
+    write_timing(out, times, item_seconds, nw, tokens_.size(), 1);
+    out.commit();
+    log().info("perplexity: {:.4f} ± {:.4f} over {} tokens ({} windows)", sum.perplexity, sum.perplexity_stderr,
+               sum.n_scored, nw);
+  }
+
+ protected:
+  PreparedWork prepare_task(const RunSpec& spec, int ranks, const std::set<std::uint64_t>& skip,
+                                  std::string& everything) override {
+    const std::string text = read_file(spec.task.dataset);
+    if (text.empty()) throw InputError(spec.task.dataset, "the corpus is empty");
+    tokens_ = tokenizer_->encode(text);
+    context_ = context_length_of(spec);
+    if (context_ < 2) throw InputError(spec.config_path, "task.context_length must be at least 2");
+    if (spec.task.stride > context_) {
+      throw InputError(spec.config_path, "task.stride (" + std::to_string(spec.task.stride) +
+                                             ") exceeds the context length (" + std::to_string(context_) + ")");
+    }
+    all_windows_ = make_perplexity_windows(static_cast<std::int64_t>(tokens_.size()), context_, spec.task.stride);
+    if (spec.task.max_samples > 0 && static_cast<std::size_t>(spec.task.max_samples) < all_windows_.size()) {
+      all_windows_.resize(static_cast<std::size_t>(spec.task.max_samples));  // the first N windows only
+    }
+    std::vector<std::size_t> all(all_windows_.size());
+    std::vector<std::int64_t> cost;  // tokens a window feeds
+    for (std::size_t i = 0; i < all_windows_.size(); ++i) {
+      all[i] = i;
+      cost.push_back(all_windows_[i].end - all_windows_[i].begin);
+    }
+    everything = shard_bytes(all_windows_, all);
+    PreparedWork work;
+    for (const auto& positions : plan_shards(all_windows_, cost, skip, ranks, "windows")) {
+      work.shards.push_back(shard_bytes(all_windows_, positions));
+    }
+    work.shared = to_bytes(PerplexityStream{tokens_, context_});
+    work.samples = 1;
+    work.items = all_windows_.size();
+    log().info("perplexity: {} tokens in {} windows of {} (stride {})", tokens_.size(), all_windows_.size(), context_,
+               spec.task.stride == 0 ? context_ : spec.task.stride);
+    return work;
+  }
+
+  std::size_t load_task(const RunSpec& spec, const std::string& shard, const std::string& shared,
+                        std::int64_t vocab) override {
+    PerplexityStream stream = from_bytes<PerplexityStream>(shared);
+    tokens_ = std::move(stream.tokens);
+    context_ = static_cast<int>(stream.context_length);
+    check_ids_in_vocab(tokens_, vocab, spec.model.path, spec.task.dataset);
+    ByteReader r(shard);
+    windows_ = get_records<PerplexityWindow>(r);
+    return windows_.size();
+  }
+
+ private:
+  // rank 0
+  std::vector<PerplexityWindow> all_windows_;
+  // every rank
+  std::vector<std::int64_t> tokens_;  // the whole stream
+  int context_ = 0;
+  std::vector<PerplexityWindow> windows_;
+};
+
+}  // namespace
+
+CalibrationSet perplexity_calibration(const RunSpec& spec) {
+  CalibrationSet c;
+  if (!direct_int8_settings(spec).needs_calibration()) return c;
+  const auto tokenizer = DecoderTokenizer::from_dir(tokenizer_dir(spec));
+  const auto n = static_cast<std::size_t>(spec.quantization.calibration_samples);
+  // The first windows of the calibration text, as the run cuts its own.
+  c.dataset = calibration_dataset(spec);
+  const std::string text = read_file(c.dataset);
+  if (text.empty()) throw InputError(c.dataset, "the calibration corpus is empty");
+  const auto tokens = tokenizer.encode(text);
+  auto windows = make_perplexity_windows(static_cast<std::int64_t>(tokens.size()), context_length_of(spec),
+                                         spec.task.stride);
+  if (windows.size() > n) windows.resize(n);
+  for (const auto& w : windows) c.sequences.emplace_back(tokens.begin() + w.begin, tokens.begin() + w.end);
+  c.examples = static_cast<std::int64_t>(windows.size());
+  return c;
+}
+
+std::unique_ptr<TaskFlow> make_perplexity_flow() { return std::make_unique<PerplexityFlow>(); }
+
+}  // namespace evalrun
