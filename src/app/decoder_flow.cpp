@@ -17,6 +17,7 @@
 #include "io/prompts.hpp"
 #include "model/llama.hpp"
 #include "task/generate.hpp"
+#include "task/input_limits.hpp"
 #include "task/perplexity.hpp"
 #include "tokenizer/decoder_tokenizer.hpp"
 
@@ -237,6 +238,7 @@ class DecoderFlow : public TaskFlow {
         w.score_from = r.get<std::int64_t>();
       }
     }
+    check_decoder_inputs(spec, cfg, gen_items_, windows_);  // positions and batch memory
   }
 
   std::string run(const RunSpec& spec, bool report_progress, const ItemSink& sink) override {

@@ -16,6 +16,7 @@
 #include "io/text_dataset.hpp"
 #include "model/roberta.hpp"
 #include "task/encoder_runner.hpp"
+#include "task/input_limits.hpp"
 #include "task/mlm.hpp"
 #include "task/qa_features.hpp"
 #include "task/qa_postprocess.hpp"
@@ -480,6 +481,7 @@ class EncoderFlow : public TaskFlow {
     }
     pad_id_ = model_->config().pad_token_id;
     vocab_ = model_->config().vocab_size;
+    check_encoder_inputs(spec, model_->config(), items_);  // positions and batch memory
     check_ids_fit(items_, vocab_, model_->config().max_sequence_length(), spec.model.path);
     prov.quantization = model_->quantization();
     if (spec.quantization.direct) {
