@@ -213,7 +213,7 @@ TEST(Stall, AStoppedRankEndsTheJobNamingItAndResumeContinues) {
       "sleep 0.05; done; "
       "for p in $(pgrep -P $mp); do tr '\\0' '\\n' < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$p; done; "
       "kill -STOP $victim; date +%s.%N; wait $mp; echo \"exit=$?\"; date +%s.%N; "
-      "kill -CONT $victim 2>/dev/null; kill -9 $victim 2>/dev/null; echo victim=$victim";
+      "kill -9 $victim 2>/dev/null; kill -CONT $victim 2>/dev/null; echo victim=$victim";
   r = run_process("timeout 300 bash -c " + quote(script));
   std::istringstream lines(r.output);
   double stopped_at = 0, ended_at = 0;
