@@ -239,4 +239,31 @@ TEST(Stall, AStoppedRankEndsTheJobNamingItAndResumeContinues) {
   fs::remove_all(dir);
 }
 
+TEST(InputLimits, AVeryLongPromptIsRefusedBeforeTheRunNamingItAndTheNumbers) {
+  const fs::path dir = make_temp_dir("evalrun-longprompt");
+  auto r = run_process(kBin + " make-model --preset tiny-llama --seed 2 --out " + (dir / "llama").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  {
+    std::ofstream f(dir / "prompts.jsonl");
+    f << "{\"id\": \"short\", \"prompt\": \"the river rose\"}\n{\"id\": \"huge\", \"prompt\": \"";
+    for (int i = 0; i < 300000; ++i) f << "river ";
+    f << "\"}\n";
+  }
+  std::ofstream(dir / "gen.toml") << "[run]\nname = \"g\"\nthreads = 1\n[model]\npath = \"" << (dir / "llama").string()
+                                  << "\"\n[task]\nkind = \"generate\"\ndataset = \"" << (dir / "prompts.jsonl").string()
+                                  << "\"\nmax_new_tokens = 4\nbatch_size = 1\n[output]\npath = \""
+                                  << (dir / "g.h5").string() << "\"\n";
+  // The default limit (half this machine's memory) is far below the ~1.3 TB of attention scores.
+  r = run_process(mpirun(2) + kBin + " " + (dir / "gen.toml").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_HAS(r.output, (dir / "prompts.jsonl").string() + ": prompt 'huge': a batch of 1 sequences of its length "
+                       "(300003 tokens + 4 new) needs about 1.34e+03 GiB");
+  EXPECT_HAS(r.output, "more than run.max_batch_bytes allows");
+  // Rotary positions: past max_position_embeddings is a warning with the count, as in transformers.
+  EXPECT_HAS(r.output, "1 of 1 prompts (with max_new_tokens) on this rank run past the model's "
+                       "max_position_embeddings = 512");
+  EXPECT_FALSE(fs::exists(dir / "g.h5"));
+  fs::remove_all(dir);
+}
+
 }  // namespace
