@@ -1,6 +1,6 @@
 # The fuzz targets and the libraries each links, shared by fuzz/CMakeLists.txt (libFuzzer builds)
 # and tests/fuzz/CMakeLists.txt (corpus replay in the test suite).
-set(EVALRUN_FUZZ_TARGETS safetensors config squad prompts text_dataset bpe sentencepiece)
+set(EVALRUN_FUZZ_TARGETS safetensors config squad prompts text_dataset bpe sentencepiece journal h5result)
 set(EVALRUN_FUZZ_LIBS_safetensors evalrun_io)
 set(EVALRUN_FUZZ_LIBS_config evalrun_config)
 set(EVALRUN_FUZZ_LIBS_squad evalrun_io)
@@ -8,6 +8,8 @@ set(EVALRUN_FUZZ_LIBS_prompts evalrun_io)
 set(EVALRUN_FUZZ_LIBS_text_dataset evalrun_io)
 set(EVALRUN_FUZZ_LIBS_bpe evalrun_tokenizer evalrun_fixtures)
 set(EVALRUN_FUZZ_LIBS_sentencepiece evalrun_tokenizer)
+set(EVALRUN_FUZZ_LIBS_journal evalrun_resume nlohmann_json::nlohmann_json)
+set(EVALRUN_FUZZ_LIBS_h5result evalrun_io)
 
 # evalrun_fuzz_executable(TARGET NAME [extra sources]): TARGET built from fuzz/NAME_fuzz.cpp.
 function(evalrun_fuzz_executable target name)

@@ -3,7 +3,8 @@
 # SECONDS_PER_TARGET seconds (default 60), then prints per target: runs, coverage, findings.
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]      targets: safetensors config squad prompts
-#                                                          text_dataset bpe sentencepiece (default: all)
+#                                                          text_dataset bpe sentencepiece journal h5result
+#                                                          (default: all)
 #
 # Each target starts from its committed corpus fuzz/corpus/TARGET (read only) plus what earlier runs
 # found (build-fuzz/corpus/TARGET, where new inputs go); after a finding it is restarted for the time
@@ -16,7 +17,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-60}
 shift || true
-all_targets=(safetensors config squad prompts text_dataset bpe sentencepiece)
+all_targets=(safetensors config squad prompts text_dataset bpe sentencepiece journal h5result)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all_targets[@]}")
 build=${EVALRUN_FUZZ_BUILD_DIR:-$root/build-fuzz}

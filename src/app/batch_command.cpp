@@ -23,6 +23,7 @@
 
 #include "app/report_assets.hpp"
 #include "common/errors.hpp"
+#include "io/text_file.hpp"
 #include "common/text.hpp"
 #include "common/utf8.hpp"
 #include "validate/compare.hpp"
@@ -108,12 +109,7 @@ std::string file_stem_for(const std::string& name, std::size_t index) {
   return stem;
 }
 
-void write_report(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) throw InputError(path, "cannot write the report");
-}
+void write_report(const std::string& path, const std::string& text) { write_text_file(path, text, "the report"); }
 
 // How a run with `ranks` ranks is started: srun inside a Slurm job (it knows the allocation; PMIx is how
 // Open MPI ranks find each other under srun), mpirun elsewhere. EVALRUN_LAUNCHER=srun|mpirun overrides.

@@ -3,11 +3,11 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <fstream>
 #include <string>
 
 #include "app/report_assets.hpp"
 #include "common/errors.hpp"
+#include "io/text_file.hpp"
 #include "validate/compare.hpp"
 #include "validate/report.hpp"
 #include "validate/thresholds.hpp"
@@ -15,12 +15,7 @@
 namespace evalrun {
 namespace {
 
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) throw InputError(path, "cannot write the report");
-}
+void write_text(const std::string& path, const std::string& text) { write_text_file(path, text, "the report"); }
 
 }  // namespace
 

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "common/logging.hpp"
 #include "config/config.hpp"
 #include "dist/mpi_world.hpp"
+#include "io/hdf5_file.hpp"
 
 namespace {
 
@@ -61,6 +63,18 @@ int run_main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : evalrun::kExitBadInput;
   }
   evalrun::MpiWorld world(&argc, &argv);
+  // Destroyed before `world`, on every way out of this function: HDF5 is shut down before MPI. Where
+  // HDF5 cannot shut down (a result file's close failed; the run has failed and said so), the process
+  // ends here: MPI_Finalize would crash inside HDF5, and mpirun ends the other ranks.
+  struct Hdf5BeforeMpi {
+    ~Hdf5BeforeMpi() {
+      if (!evalrun::hdf5_shutdown()) {
+        std::fflush(stdout);
+        std::fflush(stderr);
+        std::_Exit(evalrun::kExitFailed);
+      }
+    }
+  } hdf5_before_mpi;
   evalrun::init_logging(world.rank(), world.size(), verbose);
   try {
     evalrun::RunSpec spec;

@@ -14,6 +14,7 @@
 #include "common/errors.hpp"
 #include "common/logging.hpp"
 #include "device/backend.hpp"
+#include "dist/stall_watchdog.hpp"
 #include "model/roberta.hpp"
 #include "resume/run_journal.hpp"
 
@@ -72,6 +73,10 @@ int run_command(const MpiWorld& world, const RunSpec& spec, bool resume) {
                                            " rank(s): the number of ranks must be a multiple of it");
   }
   const int dp = world.size() / tp, tp_rank = world.rank() % tp, replica = world.rank() / tp;
+  // From here on a rank that stops answering ends the job (exit 1) instead of hanging it.
+  StallWatchdog watchdog(world, spec.run.stall_timeout,
+                         "the journal " + RunJournal::dir_for(spec.output.path) +
+                             " keeps the finished work items: run again with --resume");
   const int threads = choose_threads(spec, world);
   set_compute_threads(threads);
   prov.threads_per_rank = threads;
@@ -99,7 +104,7 @@ int run_command(const MpiWorld& world, const RunSpec& spec, bool resume) {
     journal.emplace(spec.output.path, resume);
     work = flow->prepare(spec, dp, journal->finished_indices());
     prov.model_sha256 = checkpoint_sha256(spec.model.path);
-    journal->check(run_fingerprint(spec, prov.model_sha256, work.inputs_sha256));
+    journal->check(run_fingerprint(spec, prov.model_sha256, work.inputs_sha256), work.items);
     times.prepare = seconds_since(t0);
     times.resumed_items = journal->finished().size();
     log().info("prepared {} samples -> {} work items in {:.2f} s", work.samples, work.items, times.prepare);
@@ -144,8 +149,10 @@ int run_command(const MpiWorld& world, const RunSpec& spec, bool resume) {
     if (tp_rank == 0) appender.emplace(spec.output.path, run_id, world.rank());
     auto sink = [&](const FinishedItems& items) {
       if (appender) appender->add(items);
+      watchdog.progress();
     };
     try {
+      WatchedWork working(watchdog);  // waiting for the other ranks after it
       mine = flow->run(spec, world.is_root(), sink);
     } catch (const InputError&) {
       throw;

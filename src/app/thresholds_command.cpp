@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/errors.hpp"
+#include "io/text_file.hpp"
 #include "validate/compare.hpp"
 #include "validate/divergence.hpp"
 #include "validate/thresholds.hpp"
@@ -138,10 +139,7 @@ int thresholds_command(int argc, char** argv) {
        << "[" << task << "]\n";
   for (const auto& s : threshold_specs())
     if (s.task == task && lines.count(s.key)) text << lines[s.key] << "\n";
-  std::ofstream f(out, std::ios::binary | std::ios::trunc);
-  f << text.str();
-  f.close();
-  if (!f) throw InputError(out, "cannot write the thresholds file");
+  write_text_file(out, text.str(), "the thresholds file");
   std::fputs(text.str().c_str(), stdout);
   return kExitOk;
 }

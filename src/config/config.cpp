@@ -127,6 +127,10 @@ const char* removed_key(const std::string& full) {
   return nullptr;
 }
 
+std::string check_non_negative(const Scalar& v) {
+  return std::isfinite(v.f) && v.f >= 0 ? "" : "must be a finite number >= 0";
+}
+
 const std::vector<KeySpec>& key_specs() {
   // clang-format off
   static const std::vector<KeySpec> keys = {
@@ -137,6 +141,12 @@ const std::vector<KeySpec>& key_specs() {
       {.section = "run", .key = "threads", .kind = Kind::integer, .max = kIntMax, .default_note = "0",
        .help = "torch intra-op threads per rank; 0 = cores on the node / ranks on the node",
        .apply = [](RunSpec& r, const Scalar& v) { r.run.threads = static_cast<int>(v.i); }},
+      {.section = "run", .key = "stall_timeout", .kind = Kind::floating, .default_note = "600", .allowed_note = ">= 0 (seconds)",
+       .help = "a rank silent this long (no heartbeat; or, running its shard, no finished batch for max(this, 10 x its slowest batch)) stops the job with exit 1 naming it; the journal is kept for --resume. 0 = no watchdog",
+       .apply = [](RunSpec& r, const Scalar& v) { r.run.stall_timeout = v.f; }, .check = check_non_negative},
+      {.section = "run", .key = "max_batch_bytes", .kind = Kind::integer, .max = kI64Max, .default_note = "0",
+       .help = "memory one batch may need (KV cache, attention scores, logits kept), checked before the run; 0 = half the node's physical memory / ranks on the node",
+       .apply = [](RunSpec& r, const Scalar& v) { r.run.max_batch_bytes = v.i; }},
       // [model]
       {.section = "model", .key = "path", .kind = Kind::string, .required = true, .default_note = "(required)", .allowed_note = "directory",
        .help = "Hugging Face checkpoint directory (config.json + *.safetensors)",

@@ -22,6 +22,12 @@ const char* to_string(LogitsMode);
 struct RunSection {
   std::string name;        // required; names results/<name>.h5 when output.path is not set
   int threads = 0;         // torch intra-op threads per rank; 0 = cores on the node / ranks on the node
+  // Seconds a rank may stay silent (no heartbeat, or no finished batch while it runs its shard) before
+  // the job stops with exit 1 (dist/stall_watchdog.hpp); 0 = no watchdog.
+  double stall_timeout = 600;
+  // Bytes one batch may need (KV cache, attention scores, logits; task/input_limits.hpp); 0 = half the
+  // node's physical memory divided by the ranks on the node.
+  std::int64_t max_batch_bytes = 0;
 };
 
 struct ModelSection {

@@ -71,7 +71,10 @@ void MpiWorld::abort(int code) const {
 MpiWorld::MpiWorld(int* argc, char*** argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
-  if (!initialized) check(MPI_Init(argc, argv), "MPI_Init");
+  // MPI_THREAD_MULTIPLE: the stall watchdog's thread (stall_watchdog.hpp) sends heartbeats while the
+  // main thread may be inside a collective. Where the library offers less, there is no watchdog.
+  int provided = MPI_THREAD_SINGLE;
+  if (!initialized) check(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
   // Errors come back as codes (and our exceptions) rather than MPI aborting inside a call.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);

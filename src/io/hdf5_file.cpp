@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
@@ -11,6 +12,7 @@
 #include <utility>
 
 #include "common/errors.hpp"
+#include "io/text_file.hpp"
 
 namespace evalrun {
 
@@ -65,6 +67,7 @@ std::string h5_detail() {
   std::string msg;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_error, &msg);
   H5Eclear2(H5E_DEFAULT);
+  std::replace(msg.begin(), msg.end(), '\n', ' ');  // one line (HDF5's write errors embed a ctime())
   return msg.empty() ? "HDF5 error" : msg;
 }
 
@@ -217,13 +220,34 @@ H5Writer::H5Writer(const std::string& final_path) : final_path_(final_path) {
     if (ec) throw InputError(final_path, "cannot create directory " + fp.parent_path().string() + ": " + ec.message());
   }
   temp_path_ = final_path + ".tmp." + std::to_string(::getpid());
+  errno = 0;
   const hid_t f = H5Fcreate(temp_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (f < 0) throw InputError(final_path, "cannot create HDF5 file " + temp_path_ + ": " + h5_detail());
+  if (f < 0) {
+    const int err = errno;
+    std::error_code ec;
+    fs::remove(temp_path_, ec);
+    if (is_storage_errno(err)) throw WriteError(final_path, "the result file " + temp_path_, h5_detail());
+    throw InputError(final_path, "cannot create HDF5 file " + temp_path_ + ": " + h5_detail());
+  }
   file_ = f;
 }
 
+namespace {
+// Set when an H5Fclose failed: HDF5 1.10 then holds a half-destroyed file object and crashes when it
+// shuts down (H5close, or inside MPI_Finalize), so hdf5_shutdown() must leave it alone.
+bool g_close_failed = false;
+}  // namespace
+
 H5Writer::~H5Writer() {
-  if (file_ >= 0) H5Fclose(file_);
+  if (file_ >= 0) {
+    // Not committed (a write failed, or an exception passed): the file is thrown away. Freeing its
+    // blocks first gives the close room to write its metadata on a full disk; a failed close is the
+    // case HDF5 cannot recover from.
+    if (::truncate(temp_path_.c_str(), 0) != 0) {
+      // nothing freed: the close may still succeed
+    }
+    if (H5Fclose(file_) < 0) g_close_failed = true;
+  }
   if (!committed_ && !temp_path_.empty()) {
     std::error_code ec;
     fs::remove(temp_path_, ec);
@@ -385,12 +409,18 @@ void H5Writer::set_attr(const std::string& object, const std::string& name, doub
 
 void H5Writer::commit() {
   require_open(file_, final_path_);
+  // Everything goes to disk in the flush, where a failure (disk full) leaves the file object intact
+  // for the destructor to close; the close itself then has nothing left to write.
+  if (H5Fflush(file_, H5F_SCOPE_LOCAL) < 0) throw WriteError(final_path_, "the result file " + temp_path_, h5_detail());
   const hid_t f = file_;
   file_ = -1;
-  if (H5Fclose(f) < 0) throw std::runtime_error(final_path_ + ": closing " + temp_path_ + " failed: " + h5_detail());
+  if (H5Fclose(f) < 0) {
+    g_close_failed = true;
+    throw WriteError(final_path_, "the result file " + temp_path_ + " (closing it)", h5_detail());
+  }
   std::error_code ec;
   fs::rename(temp_path_, final_path_, ec);
-  if (ec) throw std::runtime_error(final_path_ + ": cannot rename " + temp_path_ + " into place: " + ec.message());
+  if (ec) throw WriteError(final_path_, "the result file (renaming " + temp_path_ + " into place)", ec.message());
   committed_ = true;
 }
 
@@ -658,6 +688,17 @@ double H5Reader::attr_double(const std::string& object, const std::string& name)
   if (H5Aread(a, H5T_NATIVE_DOUBLE, &v) < 0)
     throw InputError(where(path_, object) + ": attribute '" + name + "'", "cannot read: " + h5_detail());
   return v;
+}
+
+}  // namespace evalrun
+
+namespace evalrun {
+
+bool hdf5_shutdown() noexcept {
+  silence_hdf5();
+  if (g_close_failed) return false;
+  H5close();
+  return true;
 }
 
 }  // namespace evalrun

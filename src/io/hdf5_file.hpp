@@ -61,6 +61,13 @@ class H5Writer {
   bool committed_ = false;
 };
 
+// Closes every HDF5 object still open and shuts the library down (H5close). MPI programs call it
+// before MPI_Finalize: the parallel HDF5 build would otherwise shut itself down inside MPI_Finalize.
+// Returns false, touching nothing, when a file's close failed (a full disk): HDF5 1.10 then holds a
+// half-destroyed file object and crashes (SIGSEGV) in any shutdown, its own inside MPI_Finalize
+// included, so the process must end without either (std::_Exit after its message).
+bool hdf5_shutdown() noexcept;
+
 // Read-only access. Missing objects and type mismatches are InputErrors naming the file and object.
 class H5Reader {
  public:

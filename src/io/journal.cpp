@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "common/errors.hpp"
+#include "io/text_file.hpp"
 
 namespace evalrun {
 
@@ -46,16 +47,18 @@ std::uint64_t get_u64(const unsigned char* p) {
   return v;
 }
 
-void write_all(int fd, const std::string& data, const std::string& path) {
+// 0 or the errno of the failed write.
+int write_all(int fd, const std::string& data) {
   std::size_t done = 0;
   while (done < data.size()) {
     const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw std::runtime_error("cannot write the journal " + path + ": " + std::strerror(errno));
+      return errno;
     }
     done += static_cast<std::size_t>(n);
   }
+  return 0;
 }
 
 }  // namespace
@@ -87,6 +90,7 @@ JournalContents read_journal(const std::string& path) {
   if (std::memcmp(b.data(), kMagic, sizeof kMagic) != 0) throw InputError(path, "not an evalrun journal (bad magic)");
   const auto* u = reinterpret_cast<const unsigned char*>(b.data());
   std::size_t at = sizeof kMagic;
+  std::uint64_t number = 0;  // records read, for messages
   while (at < b.size()) {
     if (b.size() - at < kHeader + kTrailer) break;  // torn header
     const std::uint64_t index = get_u64(u + at), len = get_u64(u + at + 8);
@@ -96,9 +100,18 @@ JournalContents read_journal(const std::string& path) {
     for (int i = 3; i >= 0; --i) stored = (stored << 8) | u[end + i];
     if (crc32(u + at, kHeader + len) != stored) {
       if (end + kTrailer == b.size()) break;  // the last record, half written
-      throw InputError(path, "damaged record at byte " + std::to_string(at) + " (CRC mismatch)");
+      throw InputError(path, "damaged record #" + std::to_string(number + 1) + " at byte " + std::to_string(at) +
+                                 " (CRC mismatch)");
     }
-    c.items[index] = b.substr(at + kHeader, len);
+    ++number;
+    std::string payload = b.substr(at + kHeader, len);
+    if (const auto seen = c.items.find(index); seen != c.items.end() && seen->second != payload) {
+      throw InputError(path, "record #" + std::to_string(number) + " at byte " + std::to_string(at) + ": work item " +
+                                 std::to_string(index) + " again, with another result than the record at byte " +
+                                 std::to_string(c.offsets[index]));
+    }
+    c.items[index] = std::move(payload);
+    c.offsets[index] = at;
     at = end + kTrailer;
   }
   c.good_bytes = at < b.size() ? at : b.size();
@@ -109,20 +122,34 @@ JournalContents read_journal(const std::string& path) {
 JournalWriter::JournalWriter(const std::string& path) : path_(path) {
   const JournalContents existing = read_journal(path);  // validates and finds a torn tail
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw InputError(path, std::string("cannot open the journal: ") + std::strerror(errno));
+  if (fd_ < 0) {
+    if (is_storage_errno(errno)) throw WriteError(path, "the journal", std::strerror(errno));
+    throw InputError(path, std::string("cannot open the journal: ") + std::strerror(errno));
+  }
+  auto fail = [&](const char* what) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    throw WriteError(path, std::string("the journal (") + what + ")", std::strerror(err));
+  };
   if (existing.good_bytes < sizeof kMagic) {
-    if (::ftruncate(fd_, 0) != 0) throw std::runtime_error("cannot truncate " + path);
-    write_all(fd_, std::string(kMagic, sizeof kMagic), path);
-  } else if (::ftruncate(fd_, static_cast<off_t>(existing.good_bytes)) != 0) {
-    throw std::runtime_error("cannot cut the torn tail of " + path);
+    if (::ftruncate(fd_, 0) != 0) fail("truncate");
+    if (const int err = write_all(fd_, std::string(kMagic, sizeof kMagic)); err != 0) {
+      errno = err;
+      fail("magic");
+    }
+    size_ = sizeof kMagic;
+  } else {
+    if (::ftruncate(fd_, static_cast<off_t>(existing.good_bytes)) != 0) fail("cutting its torn tail");
+    size_ = existing.good_bytes;
   }
   ::lseek(fd_, 0, SEEK_END);
-  if (::fdatasync(fd_) != 0) throw std::runtime_error("cannot sync " + path);
+  if (::fdatasync(fd_) != 0) fail("sync");
 }
 
 JournalWriter::~JournalWriter() {
   try {
-    flush();
+    if (!failed_) flush();
   } catch (...) {
     // a destructor must not throw; the records stay pending, as after a crash
   }
@@ -139,9 +166,18 @@ void JournalWriter::add(std::uint64_t index, const std::string& payload) {
 }
 
 void JournalWriter::flush() {
-  if (pending_.empty()) return;
-  write_all(fd_, pending_, path_);
-  if (::fdatasync(fd_) != 0) throw std::runtime_error("cannot sync the journal " + path_ + ": " + std::strerror(errno));
+  if (pending_.empty() || failed_) return;
+  int err = write_all(fd_, pending_);
+  if (err == 0 && ::fdatasync(fd_) != 0) err = errno;
+  if (err != 0) {
+    // A half-written record would sit before the records a resumed run appends (a damaged record, not
+    // a torn tail): cut it off. Freeing blocks needs no space, so this works on a full disk too.
+    failed_ = true;
+    pending_.clear();
+    if (::ftruncate(fd_, static_cast<off_t>(size_)) == 0) ::lseek(fd_, 0, SEEK_END);
+    throw WriteError(path_, "the journal", std::strerror(err));
+  }
+  size_ += pending_.size();
   pending_.clear();
 }
 

@@ -559,6 +559,20 @@ std::string LlamaModel::architecture() const {
 }
 std::int64_t LlamaModel::vocab_size() const { return impl_->cfg.vocab_size; }
 
+ModelDims LlamaModel::dims() const {
+  const auto& c = impl_->cfg;
+  ModelDims m;
+  m.config_json = (fs::path(impl_->dir) / "config.json").string();
+  m.layers = c.num_hidden_layers;
+  m.heads = c.num_attention_heads;
+  m.kv_heads = c.num_key_value_heads > 0 ? c.num_key_value_heads : c.num_attention_heads;
+  m.head_dim = c.head_dim;
+  m.vocab = c.vocab_size;
+  m.max_positions = c.max_position_embeddings;
+  m.rotary = true;
+  return m;
+}
+
 std::vector<quant::LinearSite> LlamaModel::linear_sites() { return model::sites_of(impl_->slots()); }
 
 quant::LinearPtr LlamaModel::replace_linear(std::size_t site, quant::LinearPtr layer) {

@@ -64,6 +64,7 @@ class LlamaModel : public CausalLM {
 
   const LlamaConfig& config() const;
 
+  ModelDims dims() const override;
   std::string architecture() const override;
   std::int64_t vocab_size() const override;
   std::vector<quant::LinearSite> linear_sites() override;

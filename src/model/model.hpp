@@ -30,9 +30,19 @@ struct ModelLoad {
   Communicator* tp = nullptr;
 };
 
+// The sizes that say what a batch costs and how long a sequence may be (task/input_limits.hpp).
+struct ModelDims {
+  std::string config_json;  // for messages
+  std::int64_t layers = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0;
+  std::int64_t max_positions = 0;  // tokens the position table covers (learned) or max_position_embeddings (rotary)
+  bool rotary = false;             // rotary positions: no table, sequences may run past max_positions
+};
+
 class Model {
  public:
   virtual ~Model() = default;
+
+  virtual ModelDims dims() const = 0;
 
   // The config.json "architectures" entry it was built from ("LlamaForCausalLM", ...).
   virtual std::string architecture() const = 0;

@@ -478,6 +478,20 @@ const RobertaConfig& RobertaModel::config() const { return impl_->cfg; }
 
 std::string RobertaModel::architecture() const { return roberta_architecture(impl_->head); }
 std::int64_t RobertaModel::vocab_size() const { return impl_->cfg.vocab_size; }
+
+ModelDims RobertaModel::dims() const {
+  const auto& c = impl_->cfg;
+  ModelDims m;
+  m.config_json = (fs::path(impl_->dir) / "config.json").string();
+  m.layers = c.num_hidden_layers;
+  m.heads = c.num_attention_heads;
+  m.kv_heads = c.num_attention_heads;
+  m.head_dim = c.head_dim();
+  m.vocab = c.vocab_size;
+  m.max_positions = c.max_sequence_length();
+  m.rotary = false;
+  return m;
+}
 std::int64_t RobertaModel::pad_token_id() const { return impl_->cfg.pad_token_id; }
 std::int64_t RobertaModel::max_sequence_length() const { return impl_->cfg.max_sequence_length(); }
 

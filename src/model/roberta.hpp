@@ -72,6 +72,7 @@ class RobertaModel : public EncoderModel {
   // SHA-256 over the checkpoint's safetensors files (contents and names, sorted by name).
   std::string weights_sha256() const;
 
+  ModelDims dims() const override;
   std::string architecture() const override;
   std::int64_t vocab_size() const override;
   std::vector<quant::LinearSite> linear_sites() override;

@@ -10,6 +10,7 @@
 #include "common/errors.hpp"
 #include "common/logging.hpp"
 #include "io/journal.hpp"
+#include "io/text_file.hpp"
 
 namespace evalrun {
 namespace fs = std::filesystem;
@@ -60,11 +61,50 @@ RunFingerprint parse_fingerprint(const std::string& text, const std::string& whe
   }
 }
 
-// Like the result file's own directory: a path that cannot be made is bad input (output.path).
+// Like the result file's own directory: a path that cannot be made is bad input (output.path); a full
+// or read-only disk is a write error.
 void make_dir(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) throw InputError(dir, "cannot create the run journal directory: " + ec.message());
+  if (!ec) return;
+  if (is_storage_errno(ec.value())) throw WriteError(dir, "the run journal directory", ec.message());
+  throw InputError(dir, "cannot create the run journal directory: " + ec.message());
+}
+
+// The files evalrun writes into a journal directory: fingerprint.json (and its temporary names while
+// it is written) and <16 hex digits>.rank<R>.evj. Nothing else there is ever removed.
+bool written_by_evalrun(const std::string& name) {
+  if (name == kFingerprintFile || name.rfind(std::string(kFingerprintFile) + ".tmp", 0) == 0) return true;
+  const std::string rank = ".rank", ext = ".evj";
+  if (name.size() < 16 + rank.size() + 1 + ext.size()) return false;
+  if (name.find_first_not_of("0123456789abcdef") != 16 || name.compare(16, rank.size(), rank) != 0) return false;
+  const std::string digits = name.substr(16 + rank.size(), name.size() - 16 - rank.size() - ext.size());
+  return name.compare(name.size() - ext.size(), ext.size(), ext) == 0 && !digits.empty() &&
+         digits.find_first_not_of("0123456789") == std::string::npos;
+}
+
+// Removes evalrun's files from `dir` and returns the names of the other entries left there.
+std::vector<std::string> remove_own_files(const std::string& dir) {
+  std::vector<std::string> others;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    std::error_code type_ec;
+    if (e.is_regular_file(type_ec) && !e.is_symlink(type_ec) && written_by_evalrun(name)) {
+      fs::remove(e.path(), type_ec);
+      if (type_ec) others.push_back(name + " (" + type_ec.message() + ")");
+    } else {
+      others.push_back(name);
+    }
+  }
+  if (ec) others.push_back("(cannot list: " + ec.message() + ")");
+  return others;
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
 }
 
 std::string new_run_id() {
@@ -81,11 +121,12 @@ std::string new_run_id() {
 const std::vector<std::string>& resume_free_keys() {
   // run.threads and task.batch_size change how fast, not what; parallel.tensor_parallel splits the
   // same products differently (float rounding only) and parallel.concurrent_loads only orders the
-  // loads; output.predictions_json is written at the end
-  // from all results.
-  static const std::vector<std::string> keys = {"run.threads", "task.batch_size", "parallel.tensor_parallel",
-                                                "parallel.concurrent_loads",
-                                                "output.predictions_json"};
+  // loads; output.predictions_json is written at the end from all results; run.stall_timeout and
+  // run.max_batch_bytes only guard the run (a run stopped by either may be resumed with another value).
+  static const std::vector<std::string> keys = {"run.threads",          "task.batch_size",
+                                                "parallel.tensor_parallel", "parallel.concurrent_loads",
+                                                "output.predictions_json",  "run.stall_timeout",
+                                                "run.max_batch_bytes"};
   return keys;
 }
 
@@ -144,6 +185,12 @@ std::vector<std::string> fingerprint_changes(const RunFingerprint& then, const R
 // --- rank 0 -------------------------------------------------------------------------------------
 
 RunJournal::RunJournal(const std::string& output_path, bool resume) : dir_(dir_for(output_path)) {
+  std::error_code ec;
+  const auto st = fs::status(dir_, ec);
+  if (fs::exists(st) && !fs::is_directory(st)) {
+    throw InputError(dir_, "exists and is not a directory: evalrun keeps the run journal of " + output_path +
+                               " here; move it away or choose another output.path");
+  }
   const fs::path fp = fs::path(dir_) / kFingerprintFile;
   if (!fs::exists(fp)) {
     // No journal, or one whose run stopped before any rank could write an item.
@@ -162,7 +209,10 @@ RunJournal::RunJournal(const std::string& output_path, bool resume) : dir_(dir_f
     JournalContents c = read_journal(f.string());
     if (c.torn_bytes > 0) log().info("journal {}: dropped a torn last record ({} bytes)", f.string(), c.torn_bytes);
     // An index in two files holds the same result twice (deterministic work); the first is kept.
-    for (auto& [index, record] : c.items) finished_.emplace(index, std::move(record));
+    for (auto& [index, record] : c.items) {
+      const auto [it, added] = finished_.emplace(index, std::move(record));
+      if (added) origin_.emplace(index, f.string() + ": record at byte " + std::to_string(c.offsets[index]));
+    }
   }
   if (!resume) {
     if (!finished_.empty()) {
@@ -183,7 +233,7 @@ std::set<std::uint64_t> RunJournal::finished_indices() const {
   return s;
 }
 
-void RunJournal::check(const RunFingerprint& now) {
+void RunJournal::check(const RunFingerprint& now, std::uint64_t items) {
   if (then_) {
     const auto changes = fingerprint_changes(*then_, now);
     if (!changes.empty()) {
@@ -194,33 +244,39 @@ void RunJournal::check(const RunFingerprint& now) {
                            ". Run it as it was, or remove the directory to start over");
     }
   }
+  // The same run: a record whose CRC holds but whose index is not one of its work items (a hostile or
+  // hand-edited file) is named now rather than when the results are gathered.
+  if (!finished_.empty() && finished_.rbegin()->first >= items) {
+    const std::uint64_t index = finished_.rbegin()->first;
+    const std::string& at = origin_.at(index);
+    const auto colon = at.find(": ");
+    throw InputError(at.substr(0, colon), at.substr(colon + 2) + ": work item index " + std::to_string(index) +
+                                             " is out of range: the run has " + std::to_string(items) +
+                                             " work items; remove the directory to start over");
+  }
   now_ = now;
 }
 
 void RunJournal::start() {
   if (then_) return;  // resuming: directory and fingerprint are there
   if (!now_) throw std::logic_error("RunJournal::start before check");
-  // A journal without finished items (the constructor refused any other) is replaced.
+  // A journal without finished items (the constructor refused any other) is replaced: its files go,
+  // anything else a user put there stays.
   std::error_code ec;
-  fs::remove_all(dir_, ec);
-  if (ec) throw InputError(dir_, "cannot replace the run journal directory: " + ec.message());
+  if (fs::is_directory(dir_, ec)) remove_own_files(dir_);
   make_dir(dir_);
   run_id_ = new_run_id();
-  const fs::path fp = fs::path(dir_) / kFingerprintFile;
-  const fs::path tmp = fs::path(dir_) / (std::string(kFingerprintFile) + ".tmp");
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << json_of(*now_, run_id_);
-    if (!out) throw InputError(tmp.string(), "cannot write the run journal's fingerprint");
-  }
-  fs::rename(tmp, fp, ec);
-  if (ec) throw InputError(fp.string(), "cannot write the run journal's fingerprint: " + ec.message());
+  write_text_file((fs::path(dir_) / kFingerprintFile).string(), json_of(*now_, run_id_), "the run journal's fingerprint");
 }
 
 void RunJournal::remove() {
+  const auto others = remove_own_files(dir_);
   std::error_code ec;
-  fs::remove_all(dir_, ec);
-  if (ec) log().warn("could not remove the run journal {}: {}", dir_, ec.message());
+  if (others.empty()) fs::remove(dir_, ec);
+  if (!others.empty() || ec) {
+    log().warn("left the run journal directory {}: it holds what evalrun did not write there: {}", dir_,
+               others.empty() ? ec.message() : joined(others));
+  }
 }
 
 std::string RunJournal::rank_file(const std::string& output_path, const std::string& run_id, int rank) {

@@ -67,13 +67,15 @@ class RunJournal {
   std::set<std::uint64_t> finished_indices() const;
   std::map<std::uint64_t, std::string> take_finished() { return std::move(finished_); }
 
-  // The new run's fingerprint, once its work is prepared. Resuming: InputError naming the journal and
-  // every change unless it equals the interrupted run's.
-  void check(const RunFingerprint& now);
+  // The new run's fingerprint and its number of work items, once its work is prepared. InputError
+  // naming the journal file and record when a finished item's index is not below `items`; resuming:
+  // InputError naming the journal and every change unless the fingerprint equals the interrupted run's.
+  void check(const RunFingerprint& now, std::uint64_t items);
   // Before any rank runs: a fresh run (re)creates the directory and writes its fingerprint.
   void start();
   const std::string& run_id() const { return run_id_; }
-  // After the result file is written.
+  // After the result file is written: removes the files evalrun wrote there, then the directory if
+  // nothing else is in it (else a warning naming what is left).
   void remove();
 
   static std::string dir_for(const std::string& output_path) { return output_path + ".journal"; }
@@ -85,6 +87,7 @@ class RunJournal {
   std::optional<RunFingerprint> now_;
   std::string run_id_;
   std::map<std::uint64_t, std::string> finished_;
+  std::map<std::uint64_t, std::string> origin_;  // index -> "FILE: record at byte N" (for messages)
 };
 
 // One rank's side: appends each finished batch to its journal file and syncs it to disk with the first

@@ -14,6 +14,7 @@
 
 #include "common/errors.hpp"
 #include "common/utf8.hpp"
+#include "io/text_file.hpp"
 
 namespace evalrun {
 namespace {
@@ -94,17 +95,6 @@ double overlap_f1(const std::vector<std::string>& pred, const std::vector<std::s
   return (2 * precision * recall) / (precision + recall);
 }
 
-void write_text_file(const std::string& path, const std::string& text) {
-  // Like the result file: the directory is made when missing (results/ in a fresh clone).
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  std::error_code ec;
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw InputError(path, "cannot open for writing");
-  out << text;
-  out.close();
-  if (!out) throw InputError(path, "write failed");
-}
 
 }  // namespace
 
@@ -330,7 +320,7 @@ void write_predictions_json(const std::string& path, const std::vector<std::pair
     }
     out += "}";
   }
-  write_text_file(path, out + "\n");
+  write_text_file(path, out + "\n", "the predictions");
 }
 
 void write_nbest_predictions_json(const std::string& path, const std::vector<std::string>& ids,
@@ -371,7 +361,7 @@ void write_nbest_predictions_json(const std::string& path, const std::vector<std
     }
     out += "}";
   }
-  write_text_file(path, out + "\n");
+  write_text_file(path, out + "\n", "the n-best predictions");
 }
 
 void write_null_odds_json(const std::string& path, const std::vector<std::string>& ids,
@@ -389,7 +379,7 @@ void write_null_odds_json(const std::string& path, const std::vector<std::string
     }
     out += "}";
   }
-  write_text_file(path, out + "\n");
+  write_text_file(path, out + "\n", "the null odds");
 }
 
 }  // namespace evalrun

@@ -1,5 +1,7 @@
 #include "app/flows/encoder_flow.hpp"
 
+#include "task/input_limits.hpp"
+
 #include <functional>
 
 #include "common/errors.hpp"
@@ -64,6 +66,7 @@ void EncoderFlow::load(const RunSpec& spec, const std::string& shard, const std:
   }
   pad_id_ = model_->pad_token_id();
   vocab_ = model_->vocab_size();
+  check_encoder_inputs(spec, model_->dims(), items_);  // positions and batch memory
   check_ids_fit(items_, vocab_, model_->max_sequence_length(), spec.model.path);
   prov.quantization = model_->quantization();
   if (spec.quantization.direct) {

@@ -12,6 +12,7 @@
 #include "io/hdf5_file.hpp"
 #include "io/prompts.hpp"
 #include "task/generate.hpp"
+#include "task/input_limits.hpp"
 
 namespace evalrun {
 namespace {
@@ -254,6 +255,7 @@ class GenerateFlow : public DecoderFlow {
         check_ids_in_vocab(*it.forced_ids, vocab, spec.validation.golden, "golden tokens of prompt '" + it.id + "'");
       }
     }
+    check_decoder_inputs(spec, model_->dims(), shard_.items, {});  // positions and batch memory
     return shard_.items.size();
   }
 

@@ -8,6 +8,7 @@
 #include "common/logging.hpp"
 #include "common/text.hpp"
 #include "io/hdf5_file.hpp"
+#include "task/input_limits.hpp"
 #include "task/perplexity.hpp"
 
 namespace evalrun {
@@ -145,6 +146,7 @@ class PerplexityFlow : public DecoderFlow {
     check_ids_in_vocab(tokens_, vocab, spec.model.path, spec.task.dataset);
     ByteReader r(shard);
     windows_ = get_records<PerplexityWindow>(r);
+    check_decoder_inputs(spec, model_->dims(), {}, windows_);  // positions and batch memory
     return windows_.size();
   }
 

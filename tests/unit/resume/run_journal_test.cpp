@@ -17,6 +17,8 @@ using namespace evalrun;
 
 namespace {
 
+constexpr std::uint64_t kItems = 100;  // work items of the runs these tests journal
+
 #define EXPECT_HAS(text, part)                               \
   EXPECT_NE(std::string(text).find(part), std::string::npos) \
       << "message: " << (text) << "\n   lacks: " << (part)
@@ -82,7 +84,7 @@ class RunJournalDir : public ::testing::Test {
   std::string interrupted_run(const RunFingerprint& f, const std::vector<FinishedItems>& per_rank) {
     RunJournal j(out_, /*resume=*/false);
     EXPECT_FALSE(j.resuming());
-    j.check(f);
+    j.check(f, kItems);
     j.start();
     for (std::size_t r = 0; r < per_rank.size(); ++r) {
       JournalAppender a(out_, j.run_id(), static_cast<int>(r));
@@ -117,13 +119,13 @@ TEST_F(RunJournalDir, ResumeGetsEveryRanksItemsAndRefusesAChangedRun) {
   EXPECT_EQ(j.finished(), (std::map<std::uint64_t, std::string>{{0, "a"}, {1, "b"}, {3, "d"}}));
   EXPECT_EQ(j.finished_indices(), (std::set<std::uint64_t>{0, 1, 3}));
   try {
-    j.check(fingerprint_of({"task.max_new_tokens=5"}));
+    j.check(fingerprint_of({"task.max_new_tokens=5"}), kItems);
     FAIL() << "no error";
   } catch (const InputError& e) {
     EXPECT_EQ(e.where(), RunJournal::dir_for(out_) + "/fingerprint.json");
     EXPECT_HAS(e.what(), "task.max_new_tokens = 5 (was 4)");
   }
-  j.check(fingerprint_of({"task.batch_size=7"}));  // allowed
+  j.check(fingerprint_of({"task.batch_size=7"}), kItems);  // allowed
   j.start();                                        // resuming: keeps the directory and its files
   EXPECT_EQ(RunJournal(out_, true).finished().size(), 3u);
   j.remove();
@@ -135,7 +137,7 @@ TEST_F(RunJournalDir, AResumedRunAppendsAndOnlyItsOwnRunsFilesCount) {
   {
     // The resumed run, on 3 ranks, finishes more and is interrupted again.
     RunJournal j(out_, true);
-    j.check(fingerprint_of({}));
+    j.check(fingerprint_of({}), kItems);
     j.start();
     JournalAppender(out_, id, 0).add({{5, "f"}});
     JournalAppender(out_, id, 2).add({{6, "g"}});
@@ -159,7 +161,7 @@ TEST_F(RunJournalDir, NothingToResumeIsAFreshRun) {
   const std::string old_id = interrupted_run(fingerprint_of({"task.max_new_tokens=9"}), {{}});
   RunJournal j(out_, false);
   EXPECT_FALSE(j.resuming());
-  j.check(fingerprint_of({}));
+  j.check(fingerprint_of({}), kItems);
   j.start();
   EXPECT_NE(j.run_id(), old_id);
   EXPECT_FALSE(fs::exists(RunJournal::rank_file(out_, old_id, 0)));
@@ -183,7 +185,7 @@ TEST_F(RunJournalDir, AnOutputPathThatCannotHoldADirectoryIsAnInputError) {
   const std::string out = (dir_ / "file" / "out.h5").string();
   RunJournal j(out, true);
   EXPECT_FALSE(j.resuming());
-  j.check(fingerprint_of({}));
+  j.check(fingerprint_of({}), kItems);
   EXPECT_THROW(j.start(), InputError);
   EXPECT_THROW(JournalAppender(out, "00000000000000aa", 1), InputError);
 }
@@ -204,6 +206,86 @@ TEST_F(RunJournalDir, TheFirstBatchIsOnDiskAtOnceLaterOnesAfterTheSyncIntervalOr
   every.add({{3, "z"}});
   every.add({{4, "w"}});
   EXPECT_EQ(read_journal(file).items.size(), 4u);  // each batch written and synced with it
+}
+
+TEST_F(RunJournalDir, ARecordWithAnIndexOutsideTheRunIsNamedWhenTheJournalIsRead) {
+  const std::string id = interrupted_run(fingerprint_of({}), {{{0, "a"}, {kItems + 5, "hostile"}}});
+  RunJournal j(out_, true);
+  try {
+    j.check(fingerprint_of({}), kItems);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where(), RunJournal::rank_file(out_, id, 0));
+    EXPECT_HAS(e.what(), "record at byte 25");  // magic (4) + the first record (16 + 1 + 4)
+    EXPECT_HAS(e.what(), "work item index 105 is out of range: the run has 100 work items");
+  }
+}
+
+TEST_F(RunJournalDir, ARepeatedIndexWithAnotherResultIsADamagedJournal) {
+  fs::create_directories(RunJournal::dir_for(out_));
+  const std::string file = RunJournal::rank_file(out_, "00000000000000aa", 0);
+  {
+    JournalWriter w(file);
+    w.add(3, "first");
+    w.add(4, "x");
+    w.add(3, "other");
+    w.flush();
+  }
+  try {
+    read_journal(file);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where(), file);
+    EXPECT_HAS(e.what(), "record #3 at byte 50: work item 3 again, with another result than the record at byte 4");
+  }
+  // The same result twice is harmless (the work is deterministic).
+  {
+    JournalWriter w(file + "2");
+    w.add(3, "same");
+    w.add(3, "same");
+    w.flush();
+  }
+  EXPECT_EQ(read_journal(file + "2").items.size(), 1u);
+}
+
+TEST_F(RunJournalDir, ANonDirectoryAtTheJournalPathIsRefusedAndKept) {
+  const std::string path = RunJournal::dir_for(out_);
+  std::ofstream(path) << "my notes";
+  for (bool resume : {false, true}) {
+    try {
+      RunJournal j(out_, resume);
+      FAIL() << "no error";
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.where(), path);
+      EXPECT_HAS(e.what(), "exists and is not a directory");
+    }
+  }
+  std::ifstream in(path);
+  std::string text;
+  std::getline(in, text);
+  EXPECT_EQ(text, "my notes");
+}
+
+TEST_F(RunJournalDir, OnlyTheFilesEvalrunWroteAreRemoved) {
+  const std::string dir = RunJournal::dir_for(out_);
+  const std::string id = interrupted_run(fingerprint_of({"task.max_new_tokens=9"}), {{}});  // nothing finished
+  std::ofstream(fs::path(dir) / "notes.txt") << "mine";
+  fs::create_directories(fs::path(dir) / "sub");
+  std::ofstream(fs::path(dir) / "0123.rank0.evj") << "not a run id of ours";
+  // A fresh run replaces the journal's own files only.
+  RunJournal j(out_, false);
+  j.check(fingerprint_of({}), kItems);
+  j.start();
+  EXPECT_FALSE(fs::exists(RunJournal::rank_file(out_, id, 0)));
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "fingerprint.json"));
+  JournalAppender(out_, j.run_id(), 0).add({{1, "b"}});
+  // At the end: evalrun's files go, the others stay with the directory.
+  j.remove();
+  EXPECT_FALSE(fs::exists(fs::path(dir) / "fingerprint.json"));
+  EXPECT_FALSE(fs::exists(RunJournal::rank_file(out_, j.run_id(), 0)));
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "notes.txt"));
+  EXPECT_TRUE(fs::is_directory(fs::path(dir) / "sub"));
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "0123.rank0.evj"));
 }
 
 }  // namespace
