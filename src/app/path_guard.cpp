@@ -101,7 +101,10 @@ void PathGuard::check() const {
   std::vector<Identity> ids;
   for (const auto& e : entries_) ids.push_back(identify(e.path));
   auto where = [&](const Entry& e) { return where_ + e.key; };
-  auto also = [&](const Entry& e) { return e.key + (e.path.empty() ? "" : " " + quote_short(e.path)); };
+  auto also = [&](const Entry& e) {
+    std::string s = e.key;
+    return s.append(1, ' ').append(quote_short(e.path));  // append: GCC 12 -Wrestrict misfires on " " + s
+  };
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     const Entry& o = entries_[i];
     std::error_code ec;
