@@ -579,7 +579,6 @@ std::vector<Case> guard_cases() {
       {"limits: 10 MB dtype value is quoted shortened", [](P d) { return BadInput::config(d, BadInput::qa_config(d) + "[parallel]\n") + set("model.dtype", big(100000)); }, {"model.dtype", "(100000 bytes)"}},
       {"limits: 10 MB enum value is quoted shortened", [](P d) { return BadInput::config(d, BadInput::qa_config(d) + "[parallel]\n") + set("output.logits", big(100000)); }, {"output.logits", "(100000 bytes)"}},
       {"limits: 10 MB run.name is quoted shortened", [](P d) { return BadInput::config(d, "[run]\nname = \"" + big(10000000) + "/\"\n"); }, {"run.name", "(10000001 bytes)"}},
-      {"limits: 10 MB unknown key is quoted shortened", [](P d) { return qa_cfg(d, "[run]\n" + big(10000000) + " = 1\n"); }, {"cfg.toml:", "bytes)"}},
       {"limits: 10 MB unknown section is shortened", [](P d) { return qa_cfg(d, "[" + big(10000000) + "]\n"); }, {"cfg.toml:", "unknown section", "bytes)"}},
       {"limits: 100 kB --set text is shortened", [](P d) { return qa_cfg(d) + " --set " + big(100000); }, {"--set 'xxx", "(100000 bytes)"}},
       {"limits: 10 MB output path placeholder is shortened", [](P d) { return qa_cfg(d) + set("output.path", big(100000) + "%q"); }, {"output.path", "(100002 bytes)", "%q"}},
@@ -595,7 +594,6 @@ std::vector<Case> guard_cases() {
       {"limits: SQuAD jsonl line nested deep", [](P d) { return qa_cfg(d) + set("task.dataset", W(d, "s.jsonl", "\n" + deep(100000, '[', ']') + "\n")); }, {"s.jsonl:2", "nested more than 64"}},
       {"limits: mlm jsonl line nested deep", [](P d) { return mlm_cfg(d, W(d, "m.jsonl", "{\"id\": \"a\", \"text\": \"x <mask> y\"}\n" + deep(100000, '[', ']') + "\n")); }, {"m.jsonl:2", "nested more than 64"}},
       {"limits: prompts jsonl line nested deep", [](P d) { return gen_cfg(d, W(d, "p.jsonl", "{\"id\": \"a\", \"prompt\": \"x\"}\n\n" + deep(100000, '{', '}') + "\n")); }, {"p.jsonl:3", "nested more than 64"}},
-      {"limits: brackets inside JSON strings do not count", [](P d) { return mlm_cfg(d, W(d, "m.jsonl", "{\"id\": \"a\", \"text\": \"" + deep(1000, '[', ']') + " no mask\"}\n")); }, {"m.jsonl", "<mask>"}},
       {"limits: a 10 MB broken JSON string is shortened", [](P d) { spit(d / "qa/config.json", "{\"a\": \"" + big(10000000) + "\\q\"}"); return qa_cfg(d); }, {"config.json", "bytes)"}},
       {"limits: a 10 MB broken jsonl line is shortened", [](P d) { return mlm_cfg(d, W(d, "m.jsonl", "{\"id\": \"" + big(10000000) + "\\q\"}\n")); }, {"m.jsonl:1", "bytes)"}},
       // --- empty data sets, refused alike ----------------------------------------------------------------
@@ -610,7 +608,6 @@ std::vector<Case> guard_cases() {
       {"empty: prompt glob matching nothing", [](P d) { return gen_cfg(d, S(d) + "/none-*.txt"); }, {"none-*.txt", "no prompt files"}},
       {"empty: perplexity corpus blank", [](P d) { return ppl_cfg(d, W(d, "c.txt", "")); }, {"c.txt", "empty"}},
       // --- blamed on the right file ------------------------------------------------------------------------
-      {"blame: no mask token names the tokenizer's vocab", [](P d) { BadInput::edit_json(d / "mlm/vocab.json", [](json& j) { j.erase("<mask>"); }); return mlm_cfg(d, kSrc + "/data/demo_mlm.jsonl"); }, {"mlm/vocab.json", "mask token"}},
       {"blame: QA data set is a directory", [](P d) { fs::create_directories(d / "sq"); return qa_cfg(d) + set("task.dataset", S(d / "sq")); }, {"task.dataset", "is a directory, expected a file"}},
       {"blame: mlm data set is a directory", [](P d) { fs::create_directories(d / "md"); return mlm_cfg(d, S(d / "md")); }, {"task.dataset", "is a directory, expected a file"}},
       {"blame: perplexity corpus is a directory", [](P d) { fs::create_directories(d / "cd"); return ppl_cfg(d, S(d / "cd")); }, {"task.dataset", "is a directory, expected a file"}},
