@@ -21,11 +21,12 @@
 #include <string>
 #include <vector>
 
+#include "app/path_guard.hpp"
 #include "app/report_assets.hpp"
 #include "common/errors.hpp"
 #include "io/text_file.hpp"
+#include "common/parse_limits.hpp"
 #include "common/text.hpp"
-#include "common/utf8.hpp"
 #include "validate/compare.hpp"
 #include "validate/report.hpp"
 #include "validate/thresholds.hpp"
@@ -62,6 +63,7 @@ std::string get_string(const std::string& path, const std::string& section, cons
 
 void require_file(const std::string& path, const std::string& section, const toml::value& v, const std::string& key,
                   const std::string& file) {
+  refuse_directory(file, at(path, v) + ": " + section + "." + key);
   if (!fs::is_regular_file(file))
     throw InputError(at(path, v) + ": " + section + "." + key,
                      "file '" + file + "' not found (paths are relative to the current directory)");
@@ -94,19 +96,6 @@ std::string tail_of(const std::string& file, std::size_t max_lines) {
   for (std::size_t i = lines.size() > max_lines ? lines.size() - max_lines : 0; i < lines.size(); ++i)
     out += "    " + lines[i] + "\n";
   return out;
-}
-
-// "03-tiny-qa": the run's position and name, reduced to characters safe in a file name.
-std::string file_stem_for(const std::string& name, std::size_t index) {
-  char prefix[32];
-  std::snprintf(prefix, sizeof prefix, "%02zu-", index + 1);
-  std::string stem = prefix;
-  for (char ch : name) {
-    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
-                    ch == '-' || ch == '_';
-    stem += ok ? ch : '_';
-  }
-  return stem;
 }
 
 void write_report(const std::string& path, const std::string& text) { write_text_file(path, text, "the report"); }
@@ -155,25 +144,34 @@ std::string render_table(const std::vector<Row>& rows) {
 
 }  // namespace
 
+std::string batch_result_name(std::size_t index) { return "run" + std::to_string(index + 1); }
+
+// The run's position and name, reduced to characters safe in a file name.
+std::string batch_report_stem(const std::string& name, std::size_t index) {
+  char prefix[32];
+  std::snprintf(prefix, sizeof prefix, "%02zu-", index + 1);
+  std::string stem = prefix;
+  for (char ch : name) {
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+                    ch == '-' || ch == '_';
+    stem += ok ? ch : '_';
+  }
+  return stem;
+}
+
 BatchSpec load_batch_spec(const std::string& path) {
+  refuse_directory(path);
   if (!fs::is_regular_file(path)) throw InputError(path, "jobs file not found");
   toml::value root;
-  {
-    // toml11 3.7 reads past its buffer reporting invalid UTF-8 in a literal string: check first.
-    const std::string text = read_file(path);
-    if (const std::size_t bad = find_invalid_utf8(text); bad != std::string::npos) {
-      const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n');
-      throw InputError(path + ":" + std::to_string(line), "not valid UTF-8; TOML files must be UTF-8");
-    }
-  }
+  check_toml_limits(read_file(path), path);  // before toml11 sees it: UTF-8, size, nesting
   try {
     root = toml::parse(path);
   } catch (const toml::syntax_error& e) {
     std::string first = e.what();
-    throw InputError(path + ":" + std::to_string(e.location().line()), "TOML syntax error: " + first.substr(0, first.find('\n')));
+    throw InputError(path + ":" + std::to_string(e.location().line()), "TOML syntax error: " + clip_text(first.substr(0, first.find('\n'))));
   } catch (const std::exception& e) {
     std::string first = e.what();
-    throw InputError(path, "cannot parse TOML: " + first.substr(0, first.find('\n')));
+    throw InputError(path, "cannot parse TOML: " + clip_text(first.substr(0, first.find('\n'))));
   }
   BatchSpec spec;
   spec.name = fs::path(path).stem().string();
@@ -278,6 +276,11 @@ int batch_command(int argc, char** argv) {
                                      std::to_string(spec.runs.size()) + " run(s)");
     }
   }
+  {
+    PathGuard guard;
+    add_batch_paths(guard, spec, jobs, keep, reports, compare_only);
+    guard.check();
+  }
   auto selected = [&](std::size_t i) { return only.empty() || std::find(only.begin(), only.end(), i + 1) != only.end(); };
   const std::string exe = self_exe();
   std::string plotly;
@@ -305,8 +308,8 @@ int batch_command(int argc, char** argv) {
     const BatchRun& run = spec.runs[i];
     Row row;
     row.run = run.name;
-    const std::string out = (dir / ("run" + std::to_string(i + 1) + ".h5")).string();
-    const std::string log = (dir / ("run" + std::to_string(i + 1) + ".log")).string();
+    const std::string out = (dir / (batch_result_name(i) + ".h5")).string();
+    const std::string log = (dir / (batch_result_name(i) + ".log")).string();
     std::vector<std::string> args;
     if (spec.ranks > 0) args = launcher_args(spec.ranks);
     args.push_back(exe);
@@ -358,7 +361,7 @@ int batch_command(int argc, char** argv) {
                        render_summary(c).c_str());
         }
         if (!reports.empty()) {
-          const fs::path base = fs::path(reports) / file_stem_for(run.name, i);
+          const fs::path base = fs::path(reports) / batch_report_stem(run.name, i);
           write_report(base.string() + ".md", render_markdown(c));
           write_report(base.string() + ".json", render_json(c));
           write_report(base.string() + ".html", render_html(c, plotly));

@@ -28,6 +28,10 @@ BatchSpec load_batch_spec(const std::string& path);
 
 int batch_command(int argc, char** argv);
 
+// Where a batch puts run `index` (0-based): <outputs>/runN.h5 and runN.log, <reports>/STEM.md, .json, .html.
+std::string batch_result_name(std::size_t index);                           // "run3"
+std::string batch_report_stem(const std::string& name, std::size_t index);  // "03-tiny-qa"
+
 // The absolute path of the running evalrun binary (for child processes and generated job scripts).
 std::string self_exe();
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "app/path_guard.hpp"
 #include "app/report_assets.hpp"
 #include "common/errors.hpp"
 #include "io/text_file.hpp"
@@ -37,6 +38,14 @@ int compare_command(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : kExitBadInput;
   }
+  PathGuard guard;
+  guard.input("the reference", reference);
+  guard.input("the candidate", candidate);
+  guard.input("--thresholds", thresholds_path);
+  guard.output("--report", report);
+  guard.output("--json", json);
+  guard.output("--html", html);
+  guard.check();
   const Thresholds thresholds = thresholds_path.empty() ? Thresholds() : Thresholds::load(thresholds_path);
   const std::string plotly = html.empty() ? std::string() : load_plotly_js("--html");  // fail before the work
   const Comparison c = compare_results(reference, candidate, thresholds);

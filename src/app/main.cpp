@@ -13,6 +13,7 @@
 #include "app/dry_run.hpp"
 #include "app/inspect_command.hpp"
 #include "app/make_model_command.hpp"
+#include "app/path_guard.hpp"
 #include "app/quantize_command.hpp"
 #include "app/run_command.hpp"
 #include "app/thresholds_command.hpp"
@@ -78,7 +79,10 @@ int run_main(int argc, char** argv) {
   evalrun::init_logging(world.rank(), world.size(), verbose);
   try {
     evalrun::RunSpec spec;
-    world.collective_step([&] { spec = evalrun::load_run_spec(config, overrides); });
+    world.collective_step([&] {
+      spec = evalrun::load_run_spec(config, overrides);
+      if (world.is_root()) evalrun::check_run_paths(spec);  // before any work: no output may be an input
+    });
     return dry_run ? evalrun::dry_run_command(world, spec) : evalrun::run_command(world, spec, resume);
   } catch (const evalrun::PeerFailed& e) {
     // The failing rank printed its own message; the others leave with its exit status.

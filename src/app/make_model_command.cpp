@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string>
 
+#include "app/path_guard.hpp"
 #include "common/errors.hpp"
 #include "fixtures/make_model.hpp"
 #include "fixtures/make_quantized.hpp"
@@ -89,6 +90,14 @@ int make_model_command(int argc, char** argv) {
     }
   };
   namespace fs = std::filesystem;
+  {
+    PathGuard guard;
+    guard.model_dir("--tokenizer-from", tokenizer_from);
+    for (const char* name : {"config.json", "model.safetensors", "generation_config.json", "vocab.json", "merges.txt",
+                             "tokenizer.json", "special_tokens_map.json", "tokenizer_config.json"})
+      guard.output("--out", (fs::path(out) / name).string());
+    guard.check();
+  }
   fs::create_directories(out);
   if (tokenizer_from.empty()) {
     write_tiny_bpe_tokenizer(out, vocab_target);

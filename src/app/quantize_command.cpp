@@ -22,6 +22,7 @@
 
 #include "app/direct_quant.hpp"
 #include "app/flows/flows.hpp"
+#include "app/path_guard.hpp"
 #include "common/errors.hpp"
 #include "common/logging.hpp"
 #include "config/config.hpp"
@@ -104,6 +105,15 @@ int quantize_command(int argc, char** argv) {
     throw InputError(spec.config_path + ": quantization",
                      "evalrun quantize needs method = \"int8\" and direct = true under [quantization] (the settings "
                      "of the direct quantization to write)");
+  }
+  {
+    PathGuard guard(spec.config_path + ": ");
+    guard.input("the config file", spec.config_path);
+    guard.model_dir("model.path", spec.model.path);
+    guard.dataset("task.dataset", spec.task.dataset);
+    guard.dataset("quantization.calibration_dataset", spec.quantization.calibration_dataset);
+    guard.output_dir("--out", out);
+    guard.check();
   }
   require_float_checkpoint(spec);
   if (fs::exists(out)) throw InputError("--out " + out, "already exists (evalrun quantize never overwrites a directory)");

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "app/batch_command.hpp"
+#include "app/path_guard.hpp"
 #include "common/errors.hpp"
 
 namespace evalrun {
@@ -108,6 +109,12 @@ int submit_command(int argc, char** argv) {
   const BatchSpec spec = load_batch_spec(o.jobs);  // strict: a bad jobs file fails before anything is written
   if (spec.runs.empty()) throw InputError(o.jobs, "has no [[run]]");
   const fs::path dir = fs::absolute(o.dir.empty() ? "results/slurm/" + spec.name + "-" + utc_stamp() : o.dir);
+  {
+    PathGuard guard;
+    add_batch_paths(guard, spec, o.jobs, (dir / "results").string(), (dir / "reports").string(), false);
+    for (const char* file : {"array.sbatch", "compare.sbatch", "summary.md"}) guard.output("--dir", (dir / file).string());
+    guard.check();
+  }
   std::error_code ec;
   for (const char* sub : {"logs", "results", "reports"}) fs::create_directories(dir / sub, ec);
   if (!fs::is_directory(dir / "logs")) throw InputError(dir.string(), "cannot create the submission directory");

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "app/path_guard.hpp"
 #include "common/errors.hpp"
 #include "io/text_file.hpp"
 #include "validate/compare.hpp"
@@ -76,6 +77,12 @@ int thresholds_command(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : kExitBadInput;
   }
+
+  PathGuard guard;
+  guard.input("the reference", reference);
+  for (const auto& run : runs) guard.input("the run", run);
+  guard.output("--out", out);
+  guard.check();
 
   // Pass 1 (default limits): per-run metrics and the pooled per-token values.
   std::string task;

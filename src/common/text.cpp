@@ -1,6 +1,7 @@
 #include "common/text.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -24,6 +25,7 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 }
 
 std::string closest_match(std::string_view word, const std::vector<std::string>& candidates) {
+  if (word.size() > 100) return "";  // no typo of a short name, and edit_distance is quadratic
   std::string best;
   std::size_t best_d = std::max<std::size_t>(2, word.size() / 3) + 1;
   for (const auto& c : candidates) {
@@ -36,13 +38,43 @@ std::string closest_match(std::string_view word, const std::vector<std::string>&
   return best;
 }
 
+void refuse_directory(const std::string& path, const std::string& where) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec)) return;
+  if (where.empty()) throw InputError(path, "is a directory, expected a file");
+  throw InputError(where, quote_short(path) + " is a directory, expected a file");
+}
+
 std::string read_file(const std::string& path) {
+  refuse_directory(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path, "cannot open file");
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) throw InputError(path, "read error");
   return ss.str();
+}
+
+namespace {
+constexpr std::size_t kWhole = 100, kKept = 60;
+
+// The first kKept bytes of `value`, cut at a UTF-8 character boundary, marked with the full size.
+std::string cut(std::string_view value, const char* mark) {
+  std::size_t n = kKept;
+  while (n > 0 && (static_cast<unsigned char>(value[n]) & 0xC0) == 0x80) --n;  // not inside a character
+  std::string out(value.substr(0, n));
+  return out.append(mark).append(std::to_string(value.size())).append(" bytes)");
+}
+}  // namespace
+
+std::string quote_short(std::string_view value) {
+  std::string out(1, '\'');
+  if (value.size() <= kWhole) return out.append(value).append(1, '\'');
+  return out.append(cut(value, "...' ("));
+}
+
+std::string clip_text(std::string_view message) {
+  return message.size() <= 2 * kWhole ? std::string(message) : cut(message, "... (");
 }
 
 }  // namespace evalrun

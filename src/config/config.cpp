@@ -19,6 +19,7 @@
 #include <toml.hpp>
 
 #include "common/errors.hpp"
+#include "common/parse_limits.hpp"
 #include "common/text.hpp"
 #include "common/utf8.hpp"
 #include "task/registry.hpp"
@@ -65,7 +66,7 @@ std::string check_run_name(const Scalar& v) {
   for (char c : v.s) {
     bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
               c == '_' || c == '-';
-    if (!ok) return "'" + v.s + "' cannot be used as a file name: use only letters, digits, '.', '_' and '-'";
+    if (!ok) return quote_short(v.s) + " cannot be used as a file name: use only letters, digits, '.', '_' and '-'";
   }
   return "";
 }
@@ -88,7 +89,7 @@ std::string expand_job_placeholders(const std::string& path, const std::string& 
     else if (next == 'A') out += env("SLURM_ARRAY_JOB_ID");
     else if (next == 'a') out += env("SLURM_ARRAY_TASK_ID");
     else if (next == '%') out += '%';
-    else throw InputError(key, "'" + path + "': unknown placeholder '%" + std::string(1, next) +
+    else throw InputError(key, quote_short(path) + ": unknown placeholder '%" + std::string(1, next) +
                                    "' (known: %j job id, %A array job id, %a array task id, %% a literal %)");
     ++i;
   }
@@ -469,6 +470,9 @@ std::string format_value(const toml::value& v) {
   }
 }
 
+// Text from the command line in a message: as it is, or quoted and shortened when long.
+std::string shown(const std::string& text) { return text.size() <= 100 ? text : quote_short(text); }
+
 // ---- the loader ---------------------------------------------------------------------------------
 
 struct Override {
@@ -508,30 +512,25 @@ class Loader {
   std::set<std::string> set_keys_;                 // full keys present after overrides
 
   toml::value parse_text(const std::string& text) {
-    // TOML documents are UTF-8. Checked here, before toml11 sees the text: toml11 3.7's error path
-    // for invalid UTF-8 inside a literal string ('...' or '''...''') resets a location on another
-    // buffer and reads past the heap block (ASan heap-buffer-overflow, found by fuzz_config).
-    if (const std::size_t bad = find_invalid_utf8(text); bad != std::string::npos) {
-      const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n');
-      throw InputError(origin_ + ":" + std::to_string(line),
-                       "not valid UTF-8 (byte " + std::to_string(bad) + "); TOML files must be UTF-8");
-    }
+    // Before toml11 sees the text: its error path for invalid UTF-8 inside a literal string reads past
+    // the heap block (found by fuzz_config), deep nesting overflows its stack (common/parse_limits.hpp).
+    check_toml_limits(text, origin_);
     std::istringstream in(text);
     try {
       return toml::parse(in, origin_);
     } catch (const toml::syntax_error& e) {
       std::uint32_t line = e.location().line();
       std::string msg = condense_syntax_error(e.what(), line);
-      throw InputError(origin_ + ":" + std::to_string(line), msg);
+      throw InputError(origin_ + ":" + std::to_string(line), clip_text(msg));  // it quotes the line
     } catch (const std::exception& e) {
       std::string first = e.what();
       first = first.substr(0, first.find('\n'));
-      throw InputError(origin_, "cannot parse TOML: " + first);
+      throw InputError(origin_, "cannot parse TOML: " + clip_text(first));
     }
   }
 
   Override parse_override(const std::string& text) const {
-    auto bad = [&](const std::string& why) { return InputError(origin_ + ": --set " + text, why); };
+    auto bad = [&](const std::string& why) { return InputError(origin_ + ": --set " + shown(text), why); };
     auto eq = text.find('=');
     if (eq == std::string::npos) throw bad("an override must look like section.key=value (no '=' found)");
     Override o;
@@ -541,8 +540,8 @@ class Loader {
     auto dot = lhs.find('.');
     if (dot == std::string::npos || dot == 0 || dot + 1 == lhs.size() ||
         lhs.find('.', dot + 1) != std::string::npos)
-      throw bad("an override must look like section.key=value, e.g. task.batch_size=4 (got key '" + lhs +
-                "')");
+      throw bad("an override must look like section.key=value, e.g. task.batch_size=4 (got key " + quote_short(lhs) +
+                ")");
     o.section = lhs.substr(0, dot);
     o.key = lhs.substr(dot + 1);
     // TOML text is UTF-8; a bare-word value that is not would be kept as a string that the stored
@@ -551,6 +550,7 @@ class Loader {
     // A TOML value if it is one (4, true, "x", 0.5); otherwise the text itself as a string, so
     // `--set model.dtype=bf16` needs no shell-escaped quotes.
     o.value = toml::value(rhs);
+    check_toml_limits("v = " + rhs, origin_ + ": --set " + shown(lhs));
     try {
       std::istringstream in("v = " + rhs + "\n");
       toml::value parsed = toml::parse(in, "--set");
@@ -567,15 +567,15 @@ class Loader {
     if (it == root.end()) it = root.emplace(o.section, toml::table{}).first;
     if (!it->second.is_table())
       throw InputError(
-          origin_ + ": --set " + o.text,
-          "'" + o.section + "' is " + type_phrase(it->second.type()) + " in the file, not a section");
+          origin_ + ": --set " + shown(o.text),
+          quote_short(o.section) + " is " + type_phrase(it->second.type()) + " in the file, not a section");
     it->second.as_table()[o.key] = o.value;
     overridden_[o.section + "." + o.key] = o.text;
   }
 
   // "file:line" for a key from the file, "file: --set key" for one from an override, "file" if unknown.
   std::string where(const std::string& full_key, const toml::value* v) const {
-    if (auto it = overridden_.find(full_key); it != overridden_.end()) return origin_ + ": --set " + full_key;
+    if (auto it = overridden_.find(full_key); it != overridden_.end()) return origin_ + ": --set " + shown(full_key);
     if (v != nullptr) {
       const auto loc = v->location();
       if (loc.file_name() == origin_ && loc.line() > 0) return origin_ + ":" + std::to_string(loc.line());
@@ -614,26 +614,25 @@ class Loader {
             if (k.rfind(section + ".", 0) == 0) w = where(k, nullptr);
         std::string msg;
         if (table->is_table()) {
-          msg = "unknown section [" + section + "]";
+          msg = "unknown section " + shown("[" + section + "]");
           auto guess = closest_match(section, section_names());
           if (!guess.empty()) msg += " (did you mean [" + guess + "]?)";
         } else {
-          msg = "unknown key '" + section + "'";
+          msg = "unknown key " + quote_short(section);
           msg += suggestion_for_top_level_key(section);
         }
         msg += "; sections are " + join(section_names(), ", ");
         throw InputError(w, msg);
       }
       if (!table->is_table())
-        throw InputError(where(section, table), "'" + section + "' must be a section ([" + section +
-                                                    "]), got " + type_phrase(table->type()));
+        throw InputError(where(section, table), quote_short(section) + " must be a section, got " + type_phrase(table->type()));
       for (const auto& [key, value] : in_file_order(table->as_table(), section + ".")) {
         const std::string full = section + "." + key;
         if (const char* why = removed_key(full))
           throw InputError(where(full, value), full + " was removed: " + why + "; delete it from the config");
         if (find_spec(section, key) == nullptr)
           throw InputError(where(full, value),
-                           "unknown key '" + full + "'" + suggestion_for_key(section, key));
+                           "unknown key " + quote_short(full) + suggestion_for_key(section, key));
         set_keys_.insert(full);
       }
     }
@@ -716,7 +715,7 @@ class Loader {
         out.s = v.as_string().str;
         auto it = std::find(k.choices.begin(), k.choices.end(), out.s);
         if (it == k.choices.end()) {
-          std::string msg = "'" + out.s + "' is not allowed; allowed values: " + join(k.choices, ", ");
+          std::string msg = quote_short(out.s) + " is not allowed; allowed values: " + join(k.choices, ", ");
           // A case slip ("BF16") is the likeliest typo; else the nearest spelling.
           std::string guess;
           for (const auto& c : k.choices)

@@ -11,6 +11,7 @@
 #include "common/errors.hpp"
 #include "common/text.hpp"
 #include "common/utf8.hpp"
+#include "common/parse_limits.hpp"
 
 namespace evalrun {
 namespace fs = std::filesystem;
@@ -104,9 +105,10 @@ void read_jsonl(const std::string& path, Collector& out) {
     const std::string where = path + ":" + std::to_string(lineno);
     nlohmann::json j;
     try {
+      check_json_nesting(line, path, static_cast<std::size_t>(lineno));
       j = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception& e) {
-      throw InputError(where, std::string("malformed JSON: ") + e.what());
+      throw InputError(where, "malformed JSON: " + clip_text(e.what()));
     }
     if (!j.is_object()) throw InputError(where, "expected a JSON object per line");
     Prompt p;

@@ -18,6 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/errors.hpp"
+#include "common/parse_limits.hpp"
+#include "common/text.hpp"
 
 namespace evalrun {
 
@@ -83,11 +85,12 @@ json parse_header(const std::string& path, std::string_view text) {
     }
     return true;
   };
+  check_json_nesting(text, path);
   json j;
   try {
     j = json::parse(text.begin(), text.end(), cb);
   } catch (const json::exception& e) {
-    throw InputError(path, std::string("header is not valid JSON: ") + e.what());
+    throw InputError(path, "header is not valid JSON: " + clip_text(e.what()));
   }
   if (!duplicate.empty()) throw InputError(tensor_where(path, duplicate), "defined twice in the header");
   if (!j.is_object()) throw InputError(path, "header JSON is not an object");
@@ -287,13 +290,13 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
 
   if (fs::exists(index_path, ec)) {
     const std::string ip = index_path.string();
-    std::ifstream in(index_path);
-    if (!in) throw InputError(ip, "cannot open");
+    const std::string text = read_file(ip);
+    check_json_nesting(text, ip);
     json idx;
     try {
-      idx = json::parse(in);
+      idx = json::parse(text);
     } catch (const json::exception& e) {
-      throw InputError(ip, std::string("not valid JSON: ") + e.what());
+      throw InputError(ip, "not valid JSON: " + clip_text(e.what()));
     }
     if (!idx.is_object() || !idx.contains("weight_map") || !idx["weight_map"].is_object())
       throw InputError(ip, "expected an object with a \"weight_map\" object");

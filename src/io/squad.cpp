@@ -8,6 +8,7 @@
 #include "common/errors.hpp"
 #include "common/utf8.hpp"
 #include "common/text.hpp"
+#include "common/parse_limits.hpp"
 
 namespace evalrun {
 namespace {
@@ -104,15 +105,16 @@ void check_unique(std::unordered_set<std::string>& seen, const SquadExample& ex,
 }
 
 std::vector<SquadExample> read_squad_json(const std::string& path, const std::string& text) {
+  check_json_nesting(text, path);
   json doc;
   try {
     doc = json::parse(text);
   } catch (const json::parse_error& e) {
     throw InputError(path + ":" + std::to_string(line_of(text, e.byte == 0 ? 0 : e.byte - 1)),
-                     std::string("malformed JSON: ") + e.what());
+                     "malformed JSON: " + clip_text(e.what()));
   } catch (const json::exception& e) {
     // nlohmann reports a number too large for a double (1e400) as out_of_range, not parse_error.
-    throw InputError(path, std::string("malformed JSON: ") + e.what());
+    throw InputError(path, "malformed JSON: " + clip_text(e.what()));
   }
   require_object(doc, path);
   const json& data = require_array(doc, "data", path);
@@ -168,9 +170,10 @@ std::vector<SquadExample> read_squad_jsonl(const std::string& path, const std::s
     const std::string lw = path + ":" + std::to_string(line_no);
     json q;
     try {
+      check_json_nesting(line, path, line_no);
       q = json::parse(line);
     } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
-      throw InputError(lw, std::string("malformed JSON: ") + e.what());
+      throw InputError(lw, "malformed JSON: " + clip_text(e.what()));
     }
     require_object(q, lw);
     const std::string where = question_where(lw, q, "line " + std::to_string(line_no));
@@ -194,8 +197,10 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 std::vector<SquadExample> read_squad(const std::string& path) {
   const std::string text = read_file(path);
-  if (ends_with(path, ".jsonl")) return read_squad_jsonl(path, text);
-  return read_squad_json(path, text);
+  auto examples = ends_with(path, ".jsonl") ? read_squad_jsonl(path, text) : read_squad_json(path, text);
+  // As the other tasks' readers: an empty data set is bad input, not an empty result.
+  if (examples.empty()) throw InputError(path, "data set holds no samples (no questions)");
+  return examples;
 }
 
 }  // namespace evalrun

@@ -5,6 +5,8 @@
 #include <unordered_set>
 
 #include "common/errors.hpp"
+#include "common/parse_limits.hpp"
+#include "common/text.hpp"
 
 namespace evalrun {
 namespace {
@@ -31,9 +33,10 @@ std::vector<TextSample> read_text_samples(const std::string& path) {
     if (jsonl) {
       nlohmann::json j;
       try {
+        check_json_nesting(line, path, static_cast<std::size_t>(lineno));
         j = nlohmann::json::parse(line);
       } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e400
-        throw InputError(where, std::string("malformed JSON: ") + e.what());
+        throw InputError(where, "malformed JSON: " + clip_text(e.what()));
       }
       if (!j.is_object()) throw InputError(where, "expected a JSON object per line");
       if (!j.contains("text") || !j["text"].is_string()) throw InputError(where, "missing string field \"text\"");

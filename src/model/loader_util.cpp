@@ -10,6 +10,8 @@
 #include "common/errors.hpp"
 #include "ops/gemm.hpp"
 #include "quant/dense.hpp"
+#include "common/parse_limits.hpp"
+#include "common/text.hpp"
 
 namespace evalrun::model {
 
@@ -133,15 +135,17 @@ torch::Tensor read_tensor(const Checkpoint& ckpt, const std::string& name, const
 }
 
 nlohmann::json read_config_json(const std::string& path) {
+  refuse_directory(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path, "cannot open the model's config.json");
   std::stringstream ss;
   ss << in.rdbuf();
   nlohmann::json j;
   try {
+    check_json_nesting(ss.str(), path);
     j = nlohmann::json::parse(ss.str());
   } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e400
-    throw InputError(path, std::string("not valid JSON: ") + e.what());
+    throw InputError(path, "not valid JSON: " + clip_text(e.what()));
   }
   if (!j.is_object()) throw InputError(path, "must hold a JSON object");
   return j;

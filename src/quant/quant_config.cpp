@@ -6,6 +6,8 @@
 #include <fstream>
 
 #include "common/errors.hpp"
+#include "common/parse_limits.hpp"
+#include "common/text.hpp"
 
 namespace evalrun::quant {
 
@@ -23,12 +25,12 @@ const char* to_string(Method m) {
 
 namespace {
 nlohmann::json parse_json_file(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(path.string(), "cannot be read");
+  const std::string text = read_file(path.string());
+  check_json_nesting(text, path.string());
   try {
-    return nlohmann::json::parse(in);
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e400
-    throw InputError(path.string(), std::string("not valid JSON: ") + e.what());
+    throw InputError(path.string(), "not valid JSON: " + clip_text(e.what()));
   }
 }
 }  // namespace

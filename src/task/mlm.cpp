@@ -19,7 +19,11 @@ std::string strip(const std::string& s) {
 std::vector<MlmFeature> make_mlm_features(const std::vector<TextSample>& samples, const ByteLevelBPE& tokenizer,
                                           int max_seq_length, const std::string& dataset_path) {
   const auto& sp = tokenizer.special();
-  if (sp.mask < 0) throw InputError(dataset_path, "the tokenizer has no <mask> token: it cannot run task.kind = \"mlm\"");
+  if (sp.mask < 0) {
+    throw InputError(tokenizer.vocab_file(),
+                     "the tokenizer has no mask token (mask_token of special_tokens_map.json or "
+                     "tokenizer_config.json, default \"<mask>\", is not in the vocabulary): it cannot run task.kind = \"mlm\"");
+  }
   std::vector<MlmFeature> features;
   features.reserve(samples.size());
   for (std::size_t i = 0; i < samples.size(); ++i) {

@@ -15,6 +15,7 @@
 #include "common/text.hpp"
 #include "tokenizer/pretokenize.hpp"
 #include "tokenizer/tokenizer.hpp"
+#include "common/parse_limits.hpp"
 
 namespace evalrun {
 
@@ -46,10 +47,11 @@ constexpr std::uint64_t pair_key(std::int64_t a, std::int64_t b) {
 
 json parse_json_file(const std::string& path) {
   const std::string text = read_file(path);
+  check_json_nesting(text, path);
   try {
     return json::parse(text);
   } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
-    throw InputError(path, std::string("malformed JSON: ") + e.what());
+    throw InputError(path, "malformed JSON: " + clip_text(e.what()));
   }
 }
 
@@ -548,6 +550,7 @@ ByteLevelBPE ByteLevelBPE::from_dir(const std::string& dir) {
   finish_added_tokens(*impl, set, names, tok.special_);
   tok.impl_ = std::move(impl);
   tok.sha256_ = sha256_files(read);
+  tok.vocab_file_ = read.front().string();  // tokenizer.json or vocab.json, read first
   return tok;
 }
 
@@ -565,6 +568,7 @@ ByteLevelBPE ByteLevelBPE::from_files(const std::string& vocab_json, const std::
   finish_added_tokens(*impl, set, SpecialNames{}, tok.special_);
   tok.impl_ = std::move(impl);
   tok.sha256_ = sha256_files({fs::path(vocab_json), fs::path(merges_txt)});
+  tok.vocab_file_ = vocab_json;
   return tok;
 }
 

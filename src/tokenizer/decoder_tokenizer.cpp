@@ -14,6 +14,7 @@
 #include "common/text.hpp"
 #include "tokenizer/sentencepiece_tokenizer.hpp"
 #include "tokenizer/tokenizer.hpp"
+#include "common/parse_limits.hpp"
 
 namespace evalrun {
 namespace fs = std::filesystem;
@@ -52,9 +53,11 @@ std::optional<json> read_json_if_exists(const fs::path& p, std::vector<fs::path>
   if (!fs::exists(p)) return std::nullopt;
   json j;
   try {
-    j = json::parse(read_file(p.string()));
+    const std::string text = read_file(p.string());
+    check_json_nesting(text, p.string());
+    j = json::parse(text);
   } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
-    throw InputError(p.string(), std::string("malformed JSON: ") + e.what());
+    throw InputError(p.string(), "malformed JSON: " + clip_text(e.what()));
   }
   if (!j.is_object()) throw InputError(p.string(), "expected a JSON object");
   read.push_back(p);

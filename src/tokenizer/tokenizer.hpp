@@ -47,12 +47,15 @@ class ByteLevelBPE {
   const SpecialTokens& special() const { return special_; }
   // sha256 over the files it was read from (result-file provenance)
   const std::string& sha256() const { return sha256_; }
+  // The file the vocabulary came from (tokenizer.json or vocab.json), for messages about its tokens.
+  const std::string& vocab_file() const { return vocab_file_; }
 
  private:
   struct Impl;
   std::shared_ptr<const Impl> impl_;
   SpecialTokens special_;
   std::string sha256_;
+  std::string vocab_file_;
 };
 
 }  // namespace evalrun

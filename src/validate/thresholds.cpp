@@ -10,7 +10,7 @@
 
 #include "common/errors.hpp"
 #include "common/text.hpp"
-#include "common/utf8.hpp"
+#include "common/parse_limits.hpp"
 #include "task/registry.hpp"
 
 namespace evalrun {
@@ -80,25 +80,19 @@ std::string keys_of(const std::string& task) {
 }  // namespace
 
 Thresholds Thresholds::load(const std::string& path) {
+  refuse_directory(path);
   if (!std::filesystem::is_regular_file(path)) throw InputError(path, "thresholds file not found");
   toml::value root;
-  {
-    // toml11 3.7 reads past its buffer reporting invalid UTF-8 in a literal string: check first.
-    const std::string text = read_file(path);
-    if (const std::size_t bad = find_invalid_utf8(text); bad != std::string::npos) {
-      const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n');
-      throw InputError(path + ":" + std::to_string(line), "not valid UTF-8; TOML files must be UTF-8");
-    }
-  }
+  check_toml_limits(read_file(path), path);  // before toml11 sees it: UTF-8, size, nesting
   try {
     root = toml::parse(path);
   } catch (const toml::syntax_error& e) {
     std::string first = e.what();
     first = first.substr(0, first.find('\n'));
-    throw InputError(path + ":" + std::to_string(e.location().line()), "TOML syntax error: " + first);
+    throw InputError(path + ":" + std::to_string(e.location().line()), "TOML syntax error: " + clip_text(first));
   } catch (const std::exception& e) {
     std::string first = e.what();
-    throw InputError(path, "cannot parse TOML: " + first.substr(0, first.find('\n')));
+    throw InputError(path, "cannot parse TOML: " + clip_text(first.substr(0, first.find('\n'))));
   }
   Thresholds t;
   t.origin_ = path;
