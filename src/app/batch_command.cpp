@@ -21,11 +21,12 @@
 #include <string>
 #include <vector>
 
+#include "app/command_line.hpp"
 #include "app/path_guard.hpp"
 #include "app/report_assets.hpp"
 #include "common/errors.hpp"
 #include "io/text_file.hpp"
-#include "common/parse_limits.hpp"
+#include "common/toml_file.hpp"
 #include "common/text.hpp"
 #include "validate/compare.hpp"
 #include "validate/report.hpp"
@@ -160,19 +161,7 @@ std::string batch_report_stem(const std::string& name, std::size_t index) {
 }
 
 BatchSpec load_batch_spec(const std::string& path) {
-  refuse_directory(path);
-  if (!fs::is_regular_file(path)) throw InputError(path, "jobs file not found");
-  toml::value root;
-  check_toml_limits(read_file(path), path);  // before toml11 sees it: UTF-8, size, nesting
-  try {
-    root = toml::parse(path);
-  } catch (const toml::syntax_error& e) {
-    std::string first = e.what();
-    throw InputError(path + ":" + std::to_string(e.location().line()), "TOML syntax error: " + clip_text(first.substr(0, first.find('\n'))));
-  } catch (const std::exception& e) {
-    std::string first = e.what();
-    throw InputError(path, "cannot parse TOML: " + clip_text(first.substr(0, first.find('\n'))));
-  }
+  const toml::value root = read_toml_file(path, "jobs file");
   BatchSpec spec;
   spec.name = fs::path(path).stem().string();
   bool have_runs = false;
@@ -261,11 +250,7 @@ int batch_command(int argc, char** argv) {
   app.add_flag("--compare-only", compare_only,
                "run nothing: compare the results an earlier --no-compare left in --outputs (runN.h5)")
       ->excludes(run_only);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : kExitBadInput;
-  }
+  if (auto stop = parse_command_line(app, argc, argv)) return *stop;
   if ((no_compare || compare_only) && keep.empty()) {
     throw InputError(no_compare ? "--no-compare" : "--compare-only", "needs --outputs DIR (where the results are kept)");
   }

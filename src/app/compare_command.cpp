@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "app/command_line.hpp"
 #include "app/path_guard.hpp"
 #include "app/report_assets.hpp"
 #include "common/errors.hpp"
@@ -33,11 +34,7 @@ int compare_command(int argc, char** argv) {
   app.add_option("--report", report, "write a Markdown report here");
   app.add_option("--json", json, "write a JSON report here");
   app.add_option("--html", html, "write a self-contained HTML report with plots here (open it in a browser)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : kExitBadInput;
-  }
+  if (auto stop = parse_command_line(app, argc, argv)) return *stop;
   PathGuard guard;
   guard.input("the reference", reference);
   guard.input("the candidate", candidate);

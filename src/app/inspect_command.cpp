@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 
+#include "app/command_line.hpp"
 #include "common/errors.hpp"
 #include "io/hdf5_file.hpp"
 
@@ -61,11 +62,7 @@ int inspect_command(int argc, char** argv) {
   bool show_config = false;
   app.add_option("file", path, "result file (.h5)")->required();
   app.add_flag("--config", show_config, "also print the config the run used");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : kExitBadInput;
-  }
+  if (auto stop = parse_command_line(app, argc, argv)) return *stop;
   H5Reader in(path);
   if (!in.has_attr("/", "format_version")) throw InputError(path, "not an evalrun result file (no format_version)");
   std::printf("%s\n", path.c_str());

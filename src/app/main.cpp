@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "app/command_line.hpp"
 #include "app/batch_command.hpp"
 #include "app/submit_command.hpp"
 #include "app/compare_command.hpp"
@@ -58,11 +59,7 @@ int run_main(int argc, char** argv) {
                "continue an interrupted run: skip the work items in <output.path>.journal/ (the same config "
                "and model are required; without a journal the whole run is done)");
   app.add_flag("-v,--verbose", verbose, "debug logging");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : evalrun::kExitBadInput;
-  }
+  if (auto stop = evalrun::parse_command_line(app, argc, argv)) return *stop;
   evalrun::MpiWorld world(&argc, &argv);
   // Destroyed before `world`, on every way out of this function: HDF5 is shut down before MPI. Where
   // HDF5 cannot shut down (a result file's close failed; the run has failed and said so), the process

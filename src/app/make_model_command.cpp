@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string>
 
+#include "app/command_line.hpp"
 #include "app/path_guard.hpp"
 #include "common/errors.hpp"
 #include "fixtures/make_model.hpp"
@@ -54,11 +55,7 @@ int make_model_command(int argc, char** argv) {
                                      "FP8 activation scheme: dynamic (per token) or static (input_scale per layer, "
                                      "calibrated on random token ids)")
       ->check(CLI::IsMember({"dynamic", "static"}));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : kExitBadInput;
-  }
+  if (auto stop = parse_command_line(app, argc, argv)) return *stop;
   if (!gptq) {
     for (auto* opt : {gs_opt, da_opt, sym_opt, fmt_opt}) {
       if (opt->count() > 0) throw InputError(opt->get_name(), "applies only with --gptq");

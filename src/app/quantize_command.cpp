@@ -20,6 +20,7 @@
 #include <set>
 #include <thread>
 
+#include "app/command_line.hpp"
 #include "app/direct_quant.hpp"
 #include "app/flows/flows.hpp"
 #include "app/path_guard.hpp"
@@ -94,11 +95,7 @@ int quantize_command(int argc, char** argv) {
   app.add_option("--out", out, "checkpoint directory to write (must not exist)")->required();
   app.add_option("--set", overrides, "override a config key: section.key=value (repeatable)");
   app.add_flag("-v,--verbose", verbose, "debug logging");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : kExitBadInput;
-  }
+  if (auto stop = parse_command_line(app, argc, argv)) return *stop;
   init_logging(0, 1, verbose);
   const RunSpec spec = load_run_spec(config, overrides);
   if (spec.quantization.method != "int8" || !spec.quantization.direct) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "app/command_line.hpp"
 #include "app/batch_command.hpp"
 #include "app/path_guard.hpp"
 #include "common/errors.hpp"
@@ -101,11 +102,7 @@ int submit_command(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--sbatch-arg", o.sbatch_args, "extra #SBATCH line, e.g. --sbatch-arg=--account=abc (repeatable)");
   app.add_flag("--dry-run", o.dry_run, "write the scripts and print them with the sbatch commands; submit nothing");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : kExitBadInput;
-  }
+  if (auto stop = parse_command_line(app, argc, argv)) return *stop;
   const BatchSpec spec = load_batch_spec(o.jobs);  // strict: a bad jobs file fails before anything is written
   if (spec.runs.empty()) throw InputError(o.jobs, "has no [[run]]");
   const fs::path dir = fs::absolute(o.dir.empty() ? "results/slurm/" + spec.name + "-" + utc_stamp() : o.dir);

@@ -5,6 +5,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "app/direct_quant.hpp"
 #include "common/errors.hpp"
 #include "common/logging.hpp"
 #include "common/sha256.hpp"
@@ -12,6 +13,20 @@
 #include "io/safetensors.hpp"
 
 namespace evalrun {
+
+void TaskFlow::install_model(const RunSpec& spec, Model& model, const std::string& calibration, Provenance& prov) {
+  prov.quantization = model.quantization();
+  if (spec.quantization.direct) {
+    quant::Int8Settings settings = direct_int8_settings(spec);
+    auto sites = quantize_int8(model, CalibrationSet::deserialize(calibration), settings);
+    install_int8(model, sites);
+    prov.quantization = settings.describe() + " (direct)";
+    log().info("int8: quantized in memory: {}", settings.describe());
+  }
+  put_on_device(model, prov);
+  prov.weight_bytes = model.weight_bytes();
+  prov.architecture = model.architecture();
+}
 
 void TaskFlow::put_on_device(Model& model, Provenance& provenance) {
   if (!backend_) throw std::logic_error("TaskFlow: no device backend set");

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "app/command_line.hpp"
 #include "app/path_guard.hpp"
 #include "common/errors.hpp"
 #include "io/text_file.hpp"
@@ -72,11 +73,7 @@ int thresholds_command(int argc, char** argv) {
   app.add_option("--percentile", pct, "percentile of each metric over the runs (0..100)")->check(CLI::Range(0.0, 100.0));
   app.add_option("--margin", margin, "factor (>= 1) applied to each derived limit's distance from a perfect match")
       ->check(CLI::Range(1.0, 1e9));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : kExitBadInput;
-  }
+  if (auto stop = parse_command_line(app, argc, argv)) return *stop;
 
   PathGuard guard;
   guard.input("the reference", reference);

@@ -459,7 +459,6 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const ModelLoad& how_to) {
   const std::string& dir = how_to.dir;
   const DType dtype = how_to.dtype;
   Communicator* tp = how_to.tp;
-  model::tune_malloc_once();
   torch::InferenceMode guard;
 
   auto impl = std::make_unique<Impl>();
@@ -467,10 +466,10 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const ModelLoad& how_to) {
   m.dir = dir;
   m.dtype = dtype;
   m.cfg = LlamaConfig::from_json_file((fs::path(dir) / "config.json").string());
-  m.quant = quant::read_quant_config(dir);
-  model::check_quantization(m.quant, how_to.quantization_method, dtype);
-  m.st = dtype == DType::bf16 ? torch::kBFloat16 : torch::kFloat32;
-  m.use_sgemm = m.st == torch::kFloat32 && (ops::have_onednn_sgemm() || m.quant.method != quant::Method::none);
+  model::LoadStart start = model::start_load(how_to);
+  m.quant = start.quant;
+  m.st = start.st;
+  m.use_sgemm = start.use_sgemm;
   const auto& c = m.cfg;
   const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, d = c.head_dim;
   const std::int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads;

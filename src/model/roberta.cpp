@@ -361,7 +361,6 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const ModelLoad& how_to) {
   const std::string& dir = how_to.dir;
   const DType dtype = how_to.dtype;
   Communicator* tp = how_to.tp;
-  model::tune_malloc_once();
   torch::InferenceMode guard;
 
   auto impl = std::make_unique<Impl>();
@@ -370,10 +369,10 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const ModelLoad& how_to) {
   m.dtype = dtype;
   m.cfg = RobertaConfig::from_json_file((fs::path(dir) / "config.json").string());
   m.head = head_from_architectures(m.cfg.architectures, (fs::path(dir) / "config.json").string() + ": architectures");
-  m.quant = quant::read_quant_config(dir);
-  model::check_quantization(m.quant, how_to.quantization_method, dtype);
-  m.st = dtype == DType::bf16 ? torch::kBFloat16 : torch::kFloat32;
-  m.use_sgemm = m.st == torch::kFloat32 && (ops::have_onednn_sgemm() || m.quant.method != quant::Method::none);
+  model::LoadStart start = model::start_load(how_to);
+  m.quant = start.quant;
+  m.st = start.st;
+  m.use_sgemm = start.use_sgemm;
 
   Checkpoint ckpt(dir);
   m.files = ckpt.files();

@@ -10,7 +10,7 @@
 
 #include "common/errors.hpp"
 #include "common/text.hpp"
-#include "common/parse_limits.hpp"
+#include "common/toml_file.hpp"
 #include "task/registry.hpp"
 
 namespace evalrun {
@@ -80,20 +80,7 @@ std::string keys_of(const std::string& task) {
 }  // namespace
 
 Thresholds Thresholds::load(const std::string& path) {
-  refuse_directory(path);
-  if (!std::filesystem::is_regular_file(path)) throw InputError(path, "thresholds file not found");
-  toml::value root;
-  check_toml_limits(read_file(path), path);  // before toml11 sees it: UTF-8, size, nesting
-  try {
-    root = toml::parse(path);
-  } catch (const toml::syntax_error& e) {
-    std::string first = e.what();
-    first = first.substr(0, first.find('\n'));
-    throw InputError(path + ":" + std::to_string(e.location().line()), "TOML syntax error: " + clip_text(first));
-  } catch (const std::exception& e) {
-    std::string first = e.what();
-    throw InputError(path, "cannot parse TOML: " + clip_text(first.substr(0, first.find('\n'))));
-  }
+  const toml::value root = read_toml_file(path, "thresholds file");
   Thresholds t;
   t.origin_ = path;
   std::vector<std::string> sections;  // one per task, from the task registry

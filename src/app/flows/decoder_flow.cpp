@@ -56,17 +56,7 @@ void DecoderFlow::load(const RunSpec& spec, const std::string& shard, const std:
   if (spec.quantization.direct) require_float_checkpoint(spec);
   model_ = load_causal_lm({spec.model.path, spec.model.dtype, spec.model.device,
                            spec.quantization.direct ? "none" : spec.quantization.method, tp});
-  prov.quantization = model_->quantization();
-  if (spec.quantization.direct) {
-    quant::Int8Settings settings = direct_int8_settings(spec);
-    auto sites = quantize_int8(*model_, CalibrationSet::deserialize(calibration), settings);
-    install_int8(*model_, sites);
-    prov.quantization = settings.describe() + " (direct)";
-    log().info("int8: quantized in memory: {}", settings.describe());
-  }
-  put_on_device(*model_, prov);
-  prov.weight_bytes = model_->weight_bytes();
-  prov.architecture = model_->architecture();
+  install_model(spec, *model_, calibration, prov);
   if (tokenizer_) prov.tokenizer_sha256 = tokenizer_->sha256();
   const std::size_t items = load_task(spec, shard, shared, model_->vocab_size());
   log_model_load(spec, prov, seconds_since(t0), items, "items");

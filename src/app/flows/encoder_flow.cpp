@@ -68,17 +68,7 @@ void EncoderFlow::load(const RunSpec& spec, const std::string& shard, const std:
   vocab_ = model_->vocab_size();
   check_encoder_inputs(spec, model_->dims(), items_);  // positions and batch memory
   check_ids_fit(items_, vocab_, model_->max_sequence_length(), spec.model.path);
-  prov.quantization = model_->quantization();
-  if (spec.quantization.direct) {
-    quant::Int8Settings settings = direct_int8_settings(spec);
-    auto sites = quantize_int8(*model_, CalibrationSet::deserialize(shared), settings);
-    install_int8(*model_, sites);
-    prov.quantization = settings.describe() + " (direct)";
-    log().info("int8: quantized in memory: {}", settings.describe());
-  }
-  put_on_device(*model_, prov);
-  prov.weight_bytes = model_->weight_bytes();
-  prov.architecture = model_->architecture();
+  install_model(spec, *model_, shared, prov);
   if (tokenizer_) prov.tokenizer_sha256 = tokenizer_->sha256();
   log_model_load(spec, prov, seconds_since(t0), items_.size(), "features");
 }

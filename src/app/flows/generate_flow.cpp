@@ -13,6 +13,7 @@
 #include "io/prompts.hpp"
 #include "task/generate.hpp"
 #include "task/input_limits.hpp"
+#include "task/perplexity.hpp"
 
 namespace evalrun {
 namespace {

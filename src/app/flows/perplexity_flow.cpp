@@ -8,6 +8,7 @@
 #include "common/logging.hpp"
 #include "common/text.hpp"
 #include "io/hdf5_file.hpp"
+#include "task/generate.hpp"
 #include "task/input_limits.hpp"
 #include "task/perplexity.hpp"
 
