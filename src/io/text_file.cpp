@@ -1,5 +1,7 @@
 #include "io/text_file.hpp"
 
+#include "common/errors.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -20,6 +22,10 @@ void write_text_file(const std::string& path, const std::string& text, const std
   if (!parent.empty()) {
     std::error_code ec;
     fs::create_directories(parent, ec);
+    // A path through a regular file is a mistyped path (bad input, exit 2); anything else the storage refused.
+    if (ec == std::errc::not_a_directory) {
+      throw InputError(path, "cannot write " + what + ": " + parent.string() + " is not a directory");
+    }
     if (ec) throw WriteError(path, what, "cannot create directory " + parent.string() + ": " + ec.message());
   }
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
