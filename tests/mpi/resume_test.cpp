@@ -220,8 +220,16 @@ TEST_F(Resume, GenerateKilledRankResumesToTheSameFileAndChangesAreRefused) {
   EXPECT_EQ(a.read_ragged_i64("/generated/ids"), b.read_ragged_i64("/generated/ids"));
   EXPECT_EQ(a.read_strings("/generated/text"), b.read_strings("/generated/text"));
   EXPECT_EQ(a.read_i64("/generated/stopped"), b.read_i64("/generated/stopped"));
-  EXPECT_EQ(a.read_i64("/logits/topk/indices"), b.read_i64("/logits/topk/indices"));
-  expect_close(a.read_f32("/logits/topk/values"), b.read_f32("/logits/topk/values"), 1e-5, "topk values");
+  // Top-k indices are equal except where two logits tie within float rounding (the resumed items are
+  // batched differently): there the two runs may list the tied tokens in either order.
+  const auto ia = a.read_i64("/logits/topk/indices"), ib = b.read_i64("/logits/topk/indices");
+  const auto va = a.read_f32("/logits/topk/values"), vb = b.read_f32("/logits/topk/values");
+  ASSERT_EQ(ia.size(), ib.size());
+  ASSERT_EQ(va.size(), ia.size());
+  for (std::size_t i = 0; i < ia.size(); ++i) {
+    if (ia[i] != ib[i]) EXPECT_NEAR(va[i], vb[i], 1e-5) << "topk index " << i << " differs without a tie";
+  }
+  expect_close(va, vb, 1e-5, "topk values");
   EXPECT_EQ(a.attr_int("/metrics", "generated_tokens"), b.attr_int("/metrics", "generated_tokens"));
 }
 
