@@ -227,7 +227,9 @@ TEST_F(Resume, GenerateKilledRankResumesToTheSameFileAndChangesAreRefused) {
   ASSERT_EQ(ia.size(), ib.size());
   ASSERT_EQ(va.size(), ia.size());
   for (std::size_t i = 0; i < ia.size(); ++i) {
-    if (ia[i] != ib[i]) EXPECT_NEAR(va[i], vb[i], 1e-5) << "topk index " << i << " differs without a tie";
+    if (ia[i] != ib[i]) {
+      EXPECT_NEAR(va[i], vb[i], 1e-5) << "topk index " << i << " differs without a tie";
+    }
   }
   expect_close(va, vb, 1e-5, "topk values");
   EXPECT_EQ(a.attr_int("/metrics", "generated_tokens"), b.attr_int("/metrics", "generated_tokens"));
