@@ -135,6 +135,15 @@ class ResultRecords {
     add(index, to_bytes(record));
   }
   void end_batch();    // the batch's records go to the sink and into the buffer
+  // The runners' per-batch callback (task/batch_done.hpp) for results that are typed records with an
+  // `index`: each finished one added, then the batch ended.
+  template <class Record>
+  auto batch_done() {
+    return [this](const std::vector<Record>& results, const std::vector<std::size_t>& done) {
+      for (std::size_t i : done) add(results[i].index, results[i]);
+      end_batch();
+    };
+  }
   std::string take();  // the buffer: item count, then index + record per item
  private:
   ItemSink sink_;

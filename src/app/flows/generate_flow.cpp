@@ -96,11 +96,7 @@ class GenerateFlow : public DecoderFlow {
     Progress progress("prompts");
     if (report_progress) o.progress = std::ref(progress);
     ResultRecords records(sink);
-    auto batch_done = [&](const std::vector<GenerationResult>& results, const std::vector<std::size_t>& done) {
-      for (std::size_t i : done) records.add(results[i].index, results[i]);
-      records.end_batch();
-    };
-    run_generation(*model_, shard_.items, o, shard_.stop_ids, shard_.pad_id, batch_done);
+    run_generation(*model_, shard_.items, o, shard_.stop_ids, shard_.pad_id, records.batch_done<GenerationResult>());
     model_.reset();
     return records.take();
   }

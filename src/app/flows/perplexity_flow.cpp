@@ -36,11 +36,7 @@ class PerplexityFlow : public DecoderFlow {
     Progress progress("windows");
     if (report_progress) o.progress = std::ref(progress);
     ResultRecords records(sink);
-    score_perplexity_windows(*model_, tokens_, windows_, o,
-                             [&](const std::vector<WindowScores>& scores, const std::vector<std::size_t>& done) {
-                               for (std::size_t i : done) records.add(scores[i].index, scores[i]);
-                               records.end_batch();
-                             });
+    score_perplexity_windows(*model_, tokens_, windows_, o, records.batch_done<WindowScores>());
     model_.reset();
     return records.take();
   }

@@ -194,11 +194,7 @@ class QaFlow : public EncoderFlow {
   std::string run(const RunSpec& spec, bool report_progress, const ItemSink& sink) override {
     Progress progress("features");
     ResultRecords records(sink);
-    run_qa_items(*model_, items_, batch_options(spec, report_progress, progress),
-                 [&](const std::vector<QaItemResult>& results, const std::vector<std::size_t>& done) {
-                   for (std::size_t i : done) records.add(results[i].index, results[i]);
-                   records.end_batch();
-                 });
+    run_qa_items(*model_, items_, batch_options(spec, report_progress, progress), records.batch_done<QaItemResult>());
     release();
     return records.take();
   }
