@@ -68,14 +68,15 @@ class TaskFlow {
   void set_backend(std::shared_ptr<device::Backend> backend) { backend_ = std::move(backend); }
 
  protected:
-  // Gives the model's projections to the device backend and records the precision it computes in.
-  void put_on_device(Model& model, Provenance& provenance);
   // After a flow loads its model: direct INT8 quantization when the run asks for it (calibrating on
   // `calibration`, the serialized CalibrationSet rank 0 sent every rank), the projections handed to
   // the device backend, and what the result file records of the model.
   void install_model(const RunSpec& spec, Model& model, const std::string& calibration, Provenance& provenance);
 
  private:
+  // Gives the model's projections to the device backend and records the precision it computes in.
+  void put_on_device(Model& model, Provenance& provenance);
+
   std::shared_ptr<device::Backend> backend_;
 };
 
