@@ -48,7 +48,7 @@
 #include "common/errors.hpp"
 #include "dist/communicator.hpp"
 #include "io/safetensors.hpp"
-#include "model/linear_slots.hpp"
+#include "model/weights.hpp"
 #include "model/loader_util.hpp"
 #include "ops/activations.hpp"
 #include "ops/attention.hpp"
@@ -106,14 +106,9 @@ struct LlamaCache final : KvCache {
 
 }  // namespace
 
-struct LlamaModel::Impl {
+struct LlamaModel::Impl : model::Weights {
   using Cache = LlamaCache;
   LlamaConfig cfg;
-  DType dtype = DType::fp32;
-  torch::ScalarType st = torch::kFloat32;
-  std::string dir;
-  bool use_sgemm = false;  // the raw-loop float32 path (fixed at load): oneDNN's sgemm, or a quantized model
-  quant::QuantConfig quant;
 
   Tensor embed;       // [V, H]
   Tensor lm_head;     // [V, H] (tied: the embeddings)
@@ -122,14 +117,12 @@ struct LlamaModel::Impl {
   Tensor inv_freq;  // float32 [d / 2]
 
   // This rank's part of the heads and intermediate columns (all of them without tensor parallelism).
-  Communicator* tp = nullptr;
   std::int64_t heads = 0, kv_heads = 0, inter = 0;
 
   model::Workspace buf_x, buf_a, buf_qkv, buf_ctx, buf_gu, buf_act, buf_rope, buf_final, buf_part;
 
   std::int64_t q_width() const { return heads * cfg.head_dim; }
   std::int64_t kv_width() const { return kv_heads * cfg.head_dim; }
-  bool split() const { return tp != nullptr && tp->size() > 1; }
 
   // y[m, :] += alpha * (x[m, :] W^T) for a row-parallel layer: this rank's partial product, summed
   // over the group. Without tensor parallelism, one accumulating product.
@@ -385,7 +378,7 @@ struct LlamaModel::Impl {
   }
 
   // The projections as linear sites, four per layer.
-  std::vector<model::LinearSlot> slots() {
+  std::vector<model::LinearSlot> slots() override {
     std::vector<model::LinearSlot> out;
     for (std::size_t i = 0; i < layers.size(); ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -395,6 +388,15 @@ struct LlamaModel::Impl {
       out.push_back({{p + "self_attn.o_proj"}, {cfg.hidden_size}, &L.o});
       out.push_back({{p + "mlp.gate_proj", p + "mlp.up_proj"}, {inter, inter}, &L.gate_up});
       out.push_back({{p + "mlp.down_proj"}, {cfg.hidden_size}, &L.down});
+    }
+    return out;
+  }
+
+  std::vector<const Tensor*> tensors() const override {
+    std::vector<const Tensor*> out{&embed, &final_norm, &lm_head};
+    for (const auto& L : layers) {
+      out.push_back(&L.attn_norm);
+      out.push_back(&L.mlp_norm);
     }
     return out;
   }
@@ -456,31 +458,22 @@ LlamaModel::LlamaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LlamaModel::~LlamaModel() = default;
 
 std::unique_ptr<LlamaModel> LlamaModel::load(const ModelLoad& how_to) {
-  const std::string& dir = how_to.dir;
-  const DType dtype = how_to.dtype;
-  Communicator* tp = how_to.tp;
   torch::InferenceMode guard;
 
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
-  m.dir = dir;
-  m.dtype = dtype;
-  m.cfg = LlamaConfig::from_json_file((fs::path(dir) / "config.json").string());
-  model::LoadStart start = model::start_load(how_to);
-  m.quant = start.quant;
-  m.st = start.st;
-  m.use_sgemm = start.use_sgemm;
+  m.cfg = LlamaConfig::from_json_file((fs::path(how_to.dir) / "config.json").string());
+  m.begin_load(how_to);
   const auto& c = m.cfg;
   const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, d = c.head_dim;
   const std::int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads;
   const std::int64_t qw = nh * d, kvw = nkv * d;
 
   // This rank's heads, key/value heads and intermediate columns (see the file comment).
-  m.tp = tp;
-  const std::int64_t T = tp != nullptr ? tp->size() : 1, r = tp != nullptr ? tp->rank() : 0;
+  const std::int64_t T = m.tp != nullptr ? m.tp->size() : 1, r = m.tp != nullptr ? m.tp->rank() : 0;
   if (T > 1) {
     const std::string where = "parallel.tensor_parallel";
-    const std::string cfg_file = (fs::path(dir) / "config.json").string();
+    const std::string cfg_file = (fs::path(how_to.dir) / "config.json").string();
     auto refuse = [&](const std::string& why) {
       throw InputError(where, "= " + std::to_string(T) + ": cannot split " + cfg_file + ": " + why);
     };
@@ -501,9 +494,9 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const ModelLoad& how_to) {
     return T > 1 ? quant::Shard::rows(begin, begin + width, r == 0) : quant::Shard::whole();
   };
 
-  Checkpoint ckpt(dir);
+  Checkpoint ckpt(m.dir);
   std::set<std::string> used;
-  const bool half = dtype == DType::fp16;
+  const bool half = m.dtype == DType::fp16;
   auto take = [&](const std::string& name, const std::vector<std::int64_t>& shape) {
     used.insert(name);
     return model::read_tensor(ckpt, name, shape, m.st, half);
@@ -529,8 +522,8 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const ModelLoad& how_to) {
     L.gate_up = quant::concat_outputs(std::move(gate_up));
     L.down = linear("mlp.down_proj", I, H, row(i0, m.inter));
     if (T > 1) {
-      L.o->set_row_group(tp);
-      L.down->set_row_group(tp);
+      L.o->set_row_group(m.tp);
+      L.down->set_row_group(m.tp);
     }
     L.attn_norm = take(p + "input_layernorm.weight", {H});
     L.mlp_norm = take(p + "post_attention_layernorm.weight", {H});
@@ -558,10 +551,10 @@ std::string LlamaModel::architecture() const {
 }
 std::int64_t LlamaModel::vocab_size() const { return impl_->cfg.vocab_size; }
 
-ModelDims LlamaModel::dims() const {
-  const auto& c = impl_->cfg;
+namespace {
+ModelDims dims_from(const LlamaConfig& c, const std::string& path) {
   ModelDims m;
-  m.config_json = (fs::path(impl_->dir) / "config.json").string();
+  m.config_json = path;
   m.layers = c.num_hidden_layers;
   m.heads = c.num_attention_heads;
   m.kv_heads = c.num_key_value_heads > 0 ? c.num_key_value_heads : c.num_attention_heads;
@@ -571,27 +564,15 @@ ModelDims LlamaModel::dims() const {
   m.rotary = true;
   return m;
 }
+}  // namespace
 
-std::vector<quant::LinearSite> LlamaModel::linear_sites() { return model::sites_of(impl_->slots()); }
-
-quant::LinearPtr LlamaModel::replace_linear(std::size_t site, quant::LinearPtr layer) {
-  auto slots = impl_->slots();
-  return model::replace_slot(slots, site, std::move(layer), impl_->use_sgemm, "LlamaModel");
+ModelDims LlamaModel::dims_of(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  return dims_from(LlamaConfig::from_json_file(path), path);
 }
+ModelDims LlamaModel::dims() const { return dims_from(impl_->cfg, (fs::path(impl_->dir) / "config.json").string()); }
 
-std::string LlamaModel::quantization() const { return impl_->quant.describe(); }
-std::size_t LlamaModel::weight_bytes() const {
-  const Impl& m = *impl_;
-  std::size_t n = static_cast<std::size_t>(m.embed.nbytes() + m.final_norm.nbytes());
-  if (!m.lm_head.is_same(m.embed)) n += static_cast<std::size_t>(m.lm_head.nbytes());
-  for (const auto& L : m.layers) {
-    n += L.qkv->resident_bytes() + L.o->resident_bytes() + L.gate_up->resident_bytes() + L.down->resident_bytes();
-    n += static_cast<std::size_t>(L.attn_norm.nbytes() + L.mlp_norm.nbytes());
-  }
-  return n;
-}
-
-const char* LlamaModel::compute_dtype() const { return impl_->st == torch::kBFloat16 ? "bfloat16" : "float32"; }
+model::Weights& LlamaModel::weights() const { return *impl_; }
 
 std::unique_ptr<KvCache> LlamaModel::new_cache(std::int64_t batch, std::int64_t capacity) const {
   return impl_->make_cache(batch, capacity);

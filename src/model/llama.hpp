@@ -65,14 +65,10 @@ class LlamaModel : public CausalLM {
   const LlamaConfig& config() const;
 
   ModelDims dims() const override;
+  // The same from dir/config.json alone (the registry row's dims).
+  static ModelDims dims_of(const std::string& dir);
   std::string architecture() const override;
   std::int64_t vocab_size() const override;
-  std::vector<quant::LinearSite> linear_sites() override;
-  quant::LinearPtr replace_linear(std::size_t site, quant::LinearPtr layer) override;
-  std::string quantization() const override;
-  const char* compute_dtype() const override;
-  std::size_t weight_bytes() const override;
-
   std::unique_ptr<KvCache> new_cache(std::int64_t batch, std::int64_t capacity) const override;
   void forward(const std::int64_t* ids, const std::int64_t* positions, const std::int64_t* key_mask,
                std::int64_t batch, std::int64_t seq, KvCache& cache, bool all_positions,
@@ -83,6 +79,9 @@ class LlamaModel : public CausalLM {
                                                 std::int64_t seq) override;
 
   struct Impl;
+
+ protected:
+  model::Weights& weights() const override;
 
  private:
   explicit LlamaModel(std::unique_ptr<Impl> impl);

@@ -84,16 +84,6 @@ quant::LinearPtr load_linear(const LinearLoad& how, const std::string& prefix, s
   throw std::logic_error("load_linear: unhandled method");
 }
 
-LoadStart start_load(const ModelLoad& how) {
-  tune_malloc_once();
-  LoadStart s;
-  s.quant = quant::read_quant_config(how.dir);
-  check_quantization(s.quant, how.quantization_method, how.dtype);
-  s.st = how.dtype == DType::bf16 ? torch::kBFloat16 : torch::kFloat32;
-  s.use_sgemm = s.st == torch::kFloat32 && (ops::have_onednn_sgemm() || s.quant.method != quant::Method::none);
-  return s;
-}
-
 void check_quantization(const quant::QuantConfig& found, const std::string& expected_method, DType dtype) {
   const std::string method = quant::to_string(found.method);
   if (expected_method != "auto" && expected_method != method) {

@@ -76,16 +76,6 @@ quant::LinearPtr load_linear(const LinearLoad& how, const std::string& prefix, s
 // bfloat16 run (quantized layers take float32 activations; InputError naming model.dtype).
 void check_quantization(const quant::QuantConfig& found, const std::string& expected_method, DType dtype);
 
-// The start of every architecture's load: malloc tuned once, the checkpoint's quantization read and
-// checked against the run (check_quantization), and the compute path: `st` the compute dtype,
-// `use_sgemm` the raw-buffer float32 path (oneDNN's sgemm, or a quantized model).
-struct LoadStart {
-  quant::QuantConfig quant;
-  torch::ScalarType st = torch::kFloat32;
-  bool use_sgemm = false;
-};
-LoadStart start_load(const ModelLoad& how);
-
 // config.json: parsed object (InputError naming the file when missing, not JSON or not an object).
 nlohmann::json read_config_json(const std::string& path);
 // Typed fields; errors are InputErrors naming "path: key". A missing or null key gives `fallback`

@@ -2,7 +2,38 @@
 
 #include <ATen/Parallel.h>
 
+#include <utility>
+
+#include "model/weights.hpp"
+
 namespace evalrun {
+
+std::vector<quant::LinearSite> Model::linear_sites() { return model::sites_of(weights().slots()); }
+
+quant::LinearPtr Model::replace_linear(std::size_t site, quant::LinearPtr layer) {
+  auto slots = weights().slots();
+  return model::replace_slot(slots, site, std::move(layer), weights().use_sgemm, architecture().c_str());
+}
+
+std::string Model::quantization() const { return weights().quant.describe(); }
+
+const char* Model::compute_dtype() const { return weights().st == at::kBFloat16 ? "bfloat16" : "float32"; }
+
+std::size_t Model::weight_bytes() const {
+  model::Weights& w = weights();
+  std::size_t n = 0;
+  for (const auto& slot : w.slots()) n += (*slot.layer)->resident_bytes();
+  std::vector<const at::Tensor*> seen;
+  for (const at::Tensor* t : w.tensors()) {
+    if (!t->defined()) continue;
+    bool tied = false;
+    for (const at::Tensor* s : seen) tied = tied || s->is_same(*t);
+    if (tied) continue;
+    seen.push_back(t);
+    n += static_cast<std::size_t>(t->nbytes());
+  }
+  return n;
+}
 
 // The projections' inputs are the same whether or not a head runs after the layers.
 void EncoderModel::calibration_pass(const std::int64_t* ids, std::int64_t batch, std::int64_t seq) {

@@ -16,6 +16,9 @@
 namespace evalrun {
 
 class Communicator;
+namespace model {
+struct Weights;
+}
 
 // How a checkpoint is loaded.
 struct ModelLoad {
@@ -53,19 +56,23 @@ class Model {
   // checkpoint layers `prefixes` side by side (q | k | v), `part_out[i]` outputs each.
   // replace_linear swaps one for a layer with the same in / out features (any storage) and returns
   // the layer it replaced (calibration wraps a layer and restores it).
-  virtual std::vector<quant::LinearSite> linear_sites() = 0;
-  virtual quant::LinearPtr replace_linear(std::size_t site, quant::LinearPtr layer) = 0;
+  std::vector<quant::LinearSite> linear_sites();
+  quant::LinearPtr replace_linear(std::size_t site, quant::LinearPtr layer);
 
   // How the checkpoint's layers are stored ("none", "gptq w4 g32 asym act_order", ...).
-  virtual std::string quantization() const = 0;
+  std::string quantization() const;
   // What the arithmetic runs in: "float32" or "bfloat16".
-  virtual const char* compute_dtype() const = 0;
+  const char* compute_dtype() const;
   // Bytes of weights this rank holds (projections, embeddings, norms, heads).
-  virtual std::size_t weight_bytes() const = 0;
+  std::size_t weight_bytes() const;
 
   // Runs `batch` unpadded rows of `seq` tokens through every layer, outputs discarded: the
   // calibration passes of quantization (direct INT8 statistics, static FP8 scales).
   virtual void calibration_pass(const std::int64_t* ids, std::int64_t batch, std::int64_t seq) = 0;
+
+ protected:
+  // The architecture's loaded state (model/weights.hpp), which answers the five questions above.
+  virtual model::Weights& weights() const = 0;
 };
 
 enum class EncoderHead { question_answering, masked_lm };

@@ -25,10 +25,10 @@ std::string supported_list() {
 
 const std::vector<Architecture>& architectures() {
   static const std::vector<Architecture> rows = {
-      {"RobertaForQuestionAnswering", "roberta", ModelRole::encoder, build<RobertaModel>},
-      {"RobertaForMaskedLM", "roberta", ModelRole::encoder, build<RobertaModel>},
-      {"LlamaForCausalLM", "llama", ModelRole::decoder, build<LlamaModel>},
-      {"GraniteForCausalLM", "granite", ModelRole::decoder, build<LlamaModel>},
+      {"RobertaForQuestionAnswering", "roberta", ModelRole::encoder, build<RobertaModel>, RobertaModel::dims_of},
+      {"RobertaForMaskedLM", "roberta", ModelRole::encoder, build<RobertaModel>, RobertaModel::dims_of},
+      {"LlamaForCausalLM", "llama", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
+      {"GraniteForCausalLM", "granite", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
   };
   return rows;
 }
@@ -54,6 +54,8 @@ const Architecture& find_architecture(const std::string& dir) {
   }
   throw InputError(path + ": architectures", "'" + name + "' is not supported (supported: " + supported_list() + ")");
 }
+
+ModelDims checkpoint_dims(const std::string& dir) { return find_architecture(dir).dims(dir); }
 
 std::unique_ptr<Model> load_model(const ModelLoad& how, ModelRole role) {
   const Architecture& a = find_architecture(how.dir);

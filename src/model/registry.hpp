@@ -18,6 +18,8 @@ struct Architecture {
   const char* model_type;  // the config.json "model_type" it comes with
   ModelRole role;
   std::unique_ptr<Model> (*load)(const ModelLoad&);
+  // The sizes from config.json alone (no weights read): what a run must know before it loads.
+  ModelDims (*dims)(const std::string& dir);
 };
 
 const std::vector<Architecture>& architectures();
@@ -26,6 +28,9 @@ const std::vector<Architecture>& architectures();
 // a row and "model_type" that row's. Otherwise an InputError naming config.json and the key, the
 // value and the supported list.
 const Architecture& find_architecture(const std::string& dir);
+
+// The checkpoint's sizes (find_architecture, then its row's dims): config.json only.
+ModelDims checkpoint_dims(const std::string& dir);
 
 // Loads the checkpoint with its architecture; `role` is what the caller runs (the task's model
 // role): a checkpoint of the other role is an InputError naming config.json: architectures.

@@ -35,7 +35,7 @@
 #include "ops/attention.hpp"
 #include "ops/gemm.hpp"
 #include "quant/dense.hpp"
-#include "model/linear_slots.hpp"
+#include "model/weights.hpp"
 #include "model/loader_util.hpp"
 
 namespace evalrun {
@@ -125,12 +125,9 @@ using model::pre_transposed;
 
 }  // namespace
 
-struct RobertaModel::Impl {
+struct RobertaModel::Impl : model::Weights {
   RobertaConfig cfg;
   EncoderHead head = EncoderHead::question_answering;
-  DType dtype = DType::fp32;
-  torch::ScalarType st = torch::kFloat32;
-  std::string dir;
   std::vector<std::string> files;
   mutable std::string sha256;
 
@@ -143,10 +140,8 @@ struct RobertaModel::Impl {
   Buffer buf_qkv, buf_ctx, buf_inter, buf_scores, buf_part;
 
   // This rank's attention heads and intermediate columns (all of them without tensor parallelism).
-  Communicator* tp = nullptr;
   std::int64_t heads = 0, inter = 0;
   std::int64_t attn_width() const { return heads * cfg.head_dim(); }
-  bool split() const { return tp != nullptr && tp->size() > 1; }
 
   // y += x W^T + b for a row-parallel layer: this rank's partial product (with the bias on rank 0
   // only, see load), summed over the group. Without tensor parallelism one accumulating product.
@@ -172,8 +167,6 @@ struct RobertaModel::Impl {
   }
   bool scale_folded = false;  // torch attention path: 1/sqrt(head_dim) is in the query weights
 
-  bool use_sgemm = false;  // the raw-pointer float32 path (fixed at load): oneDNN's sgemm, or a quantized model
-  quant::QuantConfig quant;
   std::string encoder_prefix;  // "roberta." when the checkpoint's encoder names carry it
   bool fast_fp32() const { return use_sgemm; }
 
@@ -325,7 +318,7 @@ struct RobertaModel::Impl {
   }
 
   // The projections as linear sites, four per layer.
-  std::vector<model::LinearSlot> slots() {
+  std::vector<model::LinearSlot> slots() override {
     const std::int64_t H = cfg.hidden_size, A = attn_width(), I = inter;
     std::vector<model::LinearSlot> out;
     for (std::size_t i = 0; i < layers.size(); ++i) {
@@ -335,6 +328,15 @@ struct RobertaModel::Impl {
       out.push_back({{p + "attention.output.dense"}, {H}, &L.attn_out});
       out.push_back({{p + "intermediate.dense"}, {I}, &L.inter});
       out.push_back({{p + "output.dense"}, {H}, &L.out});
+    }
+    return out;
+  }
+
+  std::vector<const Tensor*> tensors() const override {
+    std::vector<const Tensor*> out{&word_emb, &pos_emb, &type_emb0, &emb_ln_w, &emb_ln_b, &qa_w_t, &qa_b,
+                                   &lm_dense_w_t, &lm_dense_b, &lm_ln_w, &lm_ln_b, &decoder_w, &decoder_b};
+    for (const auto& L : layers) {
+      for (const Tensor* t : {&L.attn_ln_w, &L.attn_ln_b, &L.out_ln_w, &L.out_ln_b}) out.push_back(t);
     }
     return out;
   }
@@ -358,34 +360,26 @@ RobertaModel::RobertaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 RobertaModel::~RobertaModel() = default;
 
 std::unique_ptr<RobertaModel> RobertaModel::load(const ModelLoad& how_to) {
-  const std::string& dir = how_to.dir;
-  const DType dtype = how_to.dtype;
-  Communicator* tp = how_to.tp;
   torch::InferenceMode guard;
 
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
-  m.dir = dir;
-  m.dtype = dtype;
-  m.cfg = RobertaConfig::from_json_file((fs::path(dir) / "config.json").string());
-  m.head = head_from_architectures(m.cfg.architectures, (fs::path(dir) / "config.json").string() + ": architectures");
-  model::LoadStart start = model::start_load(how_to);
-  m.quant = start.quant;
-  m.st = start.st;
-  m.use_sgemm = start.use_sgemm;
+  m.cfg = RobertaConfig::from_json_file((fs::path(how_to.dir) / "config.json").string());
+  m.head = head_from_architectures(m.cfg.architectures, (fs::path(how_to.dir) / "config.json").string() + ": architectures");
+  m.begin_load(how_to);
 
-  Checkpoint ckpt(dir);
+  Checkpoint ckpt(m.dir);
   m.files = ckpt.files();
-  WeightReader r(ckpt, m.st, dtype == DType::fp16);
+  WeightReader r(ckpt, m.st, m.dtype == DType::fp16);
   const auto& c = m.cfg;
   const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   m.encoder_prefix = r.encoder_prefix();
 
   // This rank's heads and intermediate columns (see the file comment).
-  const std::int64_t T = tp != nullptr ? tp->size() : 1, rank = tp != nullptr ? tp->rank() : 0;
+  const std::int64_t T = m.tp != nullptr ? m.tp->size() : 1, rank = m.tp != nullptr ? m.tp->rank() : 0;
   const std::int64_t nh = c.num_attention_heads, d = c.head_dim();
   if (T > 1) {
-    const std::string cfg_file = (fs::path(dir) / "config.json").string();
+    const std::string cfg_file = (fs::path(how_to.dir) / "config.json").string();
     for (auto [key, value] : {std::pair<const char*, std::int64_t>{"num_attention_heads", nh}, {"intermediate_size", I}}) {
       if (value % T != 0) {
         throw InputError("parallel.tensor_parallel", "= " + std::to_string(T) + ": cannot split " + cfg_file + ": " +
@@ -394,7 +388,6 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const ModelLoad& how_to) {
       }
     }
   }
-  m.tp = tp;
   m.heads = nh / T;
   m.inter = I / T;
   const std::int64_t h0 = rank * m.heads * d, A = m.heads * d, i0 = rank * m.inter;
@@ -420,7 +413,7 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const ModelLoad& how_to) {
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "encoder.layer." + std::to_string(i) + ".";
     Layer L;
-    const model::LinearLoad how{r.checkpoint(), m.quant, m.st, dtype == DType::fp16, true, r.used()};
+    const model::LinearLoad how{r.checkpoint(), m.quant, m.st, m.dtype == DType::fp16, true, r.used()};
     auto linear = [&](const std::string& name, std::int64_t in, std::int64_t out, const quant::Shard& shard) {
       return model::load_linear(how, m.encoder_prefix + p + name, in, out, true, shard);
     };
@@ -442,8 +435,8 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const ModelLoad& how_to) {
     L.inter = linear("intermediate.dense", H, I, inter_part);
     L.out = linear("output.dense", I, H, out_part);
     if (T > 1) {
-      L.attn_out->set_row_group(tp);
-      L.out->set_row_group(tp);
+      L.attn_out->set_row_group(m.tp);
+      L.out->set_row_group(m.tp);
     }
     L.out_ln_w = ln(r.encoder(p + "output.LayerNorm.weight", {H}));
     L.out_ln_b = ln(r.encoder(p + "output.LayerNorm.bias", {H}));
@@ -478,10 +471,10 @@ const RobertaConfig& RobertaModel::config() const { return impl_->cfg; }
 std::string RobertaModel::architecture() const { return roberta_architecture(impl_->head); }
 std::int64_t RobertaModel::vocab_size() const { return impl_->cfg.vocab_size; }
 
-ModelDims RobertaModel::dims() const {
-  const auto& c = impl_->cfg;
+namespace {
+ModelDims dims_from(const RobertaConfig& c, const std::string& path) {
   ModelDims m;
-  m.config_json = (fs::path(impl_->dir) / "config.json").string();
+  m.config_json = path;
   m.layers = c.num_hidden_layers;
   m.heads = c.num_attention_heads;
   m.kv_heads = c.num_attention_heads;
@@ -491,35 +484,19 @@ ModelDims RobertaModel::dims() const {
   m.rotary = false;
   return m;
 }
+}  // namespace
+
+ModelDims RobertaModel::dims_of(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  return dims_from(RobertaConfig::from_json_file(path), path);
+}
+ModelDims RobertaModel::dims() const { return dims_from(impl_->cfg, (fs::path(impl_->dir) / "config.json").string()); }
 std::int64_t RobertaModel::pad_token_id() const { return impl_->cfg.pad_token_id; }
 std::int64_t RobertaModel::max_sequence_length() const { return impl_->cfg.max_sequence_length(); }
 
-std::vector<quant::LinearSite> RobertaModel::linear_sites() { return model::sites_of(impl_->slots()); }
-
-quant::LinearPtr RobertaModel::replace_linear(std::size_t site, quant::LinearPtr layer) {
-  auto slots = impl_->slots();
-  return model::replace_slot(slots, site, std::move(layer), impl_->use_sgemm, "RobertaModel");
-}
-
-std::string RobertaModel::quantization() const { return impl_->quant.describe(); }
+model::Weights& RobertaModel::weights() const { return *impl_; }
 EncoderHead RobertaModel::head() const { return impl_->head; }
 DType RobertaModel::dtype() const { return impl_->dtype; }
-std::size_t RobertaModel::weight_bytes() const {
-  const Impl& m = *impl_;
-  std::size_t n = 0;
-  for (const Tensor* t : {&m.word_emb, &m.pos_emb, &m.type_emb0, &m.emb_ln_w, &m.emb_ln_b, &m.qa_w_t, &m.qa_b,
-                          &m.lm_dense_w_t, &m.lm_dense_b, &m.lm_ln_w, &m.lm_ln_b, &m.decoder_b}) {
-    if (t->defined()) n += static_cast<std::size_t>(t->nbytes());
-  }
-  if (m.decoder_w.defined() && !m.decoder_w.is_same(m.word_emb)) n += static_cast<std::size_t>(m.decoder_w.nbytes());
-  for (const auto& L : m.layers) {
-    n += L.qkv->resident_bytes() + L.attn_out->resident_bytes() + L.inter->resident_bytes() + L.out->resident_bytes();
-    for (const Tensor* t : {&L.attn_ln_w, &L.attn_ln_b, &L.out_ln_w, &L.out_ln_b}) n += static_cast<std::size_t>(t->nbytes());
-  }
-  return n;
-}
-
-const char* RobertaModel::compute_dtype() const { return impl_->st == torch::kBFloat16 ? "bfloat16" : "float32"; }
 const std::string& RobertaModel::dir() const { return impl_->dir; }
 
 void RobertaModel::question_answering(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch,

@@ -73,14 +73,10 @@ class RobertaModel : public EncoderModel {
   std::string weights_sha256() const;
 
   ModelDims dims() const override;
+  // The same from dir/config.json alone (the registry row's dims).
+  static ModelDims dims_of(const std::string& dir);
   std::string architecture() const override;
   std::int64_t vocab_size() const override;
-  std::vector<quant::LinearSite> linear_sites() override;
-  quant::LinearPtr replace_linear(std::size_t site, quant::LinearPtr layer) override;
-  std::string quantization() const override;
-  const char* compute_dtype() const override;
-  std::size_t weight_bytes() const override;
-
   EncoderHead head() const override;
   std::int64_t pad_token_id() const override;
   std::int64_t max_sequence_length() const override;
@@ -95,6 +91,9 @@ class RobertaModel : public EncoderModel {
                                                 std::int64_t batch, std::int64_t seq) override;
 
   struct Impl;
+
+ protected:
+  model::Weights& weights() const override;
 
  private:
   explicit RobertaModel(std::unique_ptr<Impl> impl);

@@ -2,12 +2,12 @@
 // (task/perplexity.hpp). rank 0 tokenizes the corpus once and cuts the windows; every rank gets the
 // token stream and scores its windows; rank 0 sums them up and writes the result file.
 #include "app/flows/decoder_flow.hpp"
-#include "model/llama.hpp"
 #include "app/flows/flows.hpp"
 #include "common/errors.hpp"
 #include "common/logging.hpp"
 #include "common/text.hpp"
 #include "io/hdf5_file.hpp"
+#include "model/registry.hpp"
 #include "task/generate.hpp"
 #include "task/input_limits.hpp"
 #include "task/perplexity.hpp"
@@ -18,7 +18,7 @@ namespace {
 int context_length_of(const RunSpec& spec) {
   int context = spec.task.context_length;
   if (context == 0) {
-    context = static_cast<int>(LlamaConfig::from_json_file(spec.model.path + "/config.json").max_position_embeddings);
+    context = static_cast<int>(checkpoint_dims(spec.model.path).max_positions);
   }
   return context;
 }

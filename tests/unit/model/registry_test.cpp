@@ -69,6 +69,16 @@ TEST_F(Registry, EveryRowLoadsItsArchitectureWithItsRole) {
     EXPECT_EQ(model->architecture(), a.name);
     EXPECT_EQ(model->vocab_size(), 50);
     EXPECT_FALSE(model->linear_sites().empty());
+    // The row's config-only sizes are the loaded model's.
+    const ModelDims before = checkpoint_dims(dir(a.name)), loaded = model->dims();
+    EXPECT_EQ(before.config_json, loaded.config_json);
+    EXPECT_EQ(before.layers, loaded.layers);
+    EXPECT_EQ(before.heads, loaded.heads);
+    EXPECT_EQ(before.kv_heads, loaded.kv_heads);
+    EXPECT_EQ(before.vocab, 50);
+    EXPECT_EQ(before.max_positions, loaded.max_positions);
+    EXPECT_EQ(before.rotary, a.role == ModelRole::decoder);
+    EXPECT_GT(model->weight_bytes(), 0u);
     if (a.role == ModelRole::encoder) {
       EXPECT_NE(dynamic_cast<EncoderModel*>(model.get()), nullptr);
       EXPECT_NE(load_encoder({dir(a.name)}), nullptr);
