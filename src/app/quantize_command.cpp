@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -49,14 +48,7 @@ std::vector<TensorToWrite> output_tensors(const std::string& source, const std::
     }
   }
   std::vector<TensorToWrite> out;
-  Checkpoint ckpt(source);
-  for (const auto& name : ckpt.names()) {
-    if (replaced.count(name)) continue;
-    const TensorView& t = ckpt.get(name);
-    TensorToWrite w{name, t.dtype, t.shape, std::vector<std::byte>(t.nbytes)};
-    std::memcpy(w.data.data(), t.data, t.nbytes);
-    out.push_back(std::move(w));
-  }
+  copy_tensors_except(Checkpoint(source), replaced, out);
   for (const auto& site : sites) {
     for (std::size_t i = 0; i < site.parts.size(); ++i) site.parts[i]->export_tensors(site.prefixes[i], out);
   }

@@ -410,4 +410,14 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   if (!out) throw InputError(path, "write failed");
 }
 
+void copy_tensors_except(const Checkpoint& ckpt, const std::set<std::string>& skip, std::vector<TensorToWrite>& out) {
+  for (const auto& name : ckpt.names()) {
+    if (skip.count(name)) continue;
+    const TensorView& v = ckpt.get(name);
+    TensorToWrite t{name, v.dtype, v.shape, std::vector<std::byte>(v.nbytes)};
+    std::memcpy(t.data.data(), v.data, v.nbytes);
+    out.push_back(std::move(t));
+  }
+}
+
 }  // namespace evalrun

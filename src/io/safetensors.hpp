@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -89,5 +90,8 @@ struct TensorToWrite {
 };
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
+// Appends a copy of every tensor of `ckpt` whose name is not in `skip` (a rewritten checkpoint keeps
+// what it does not replace).
+void copy_tensors_except(const Checkpoint& ckpt, const std::set<std::string>& skip, std::vector<TensorToWrite>& out);
 
 }  // namespace evalrun

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <stdexcept>
 
 #include "common/errors.hpp"
 #include "common/utf8.hpp"
@@ -68,6 +69,20 @@ double max_over_gold(const std::vector<std::string>& golds, std::string_view pre
     first = false;
   }
   return best;
+}
+
+// One question's exact match and F1, each the best over its gold answers, appended to r's
+// per-question lists.
+struct QuestionScore {
+  double em, f1;
+};
+QuestionScore score_question(const std::vector<std::string>& golds, std::string_view prediction,
+                             double (*exact)(std::string_view, std::string_view),
+                             double (*f1)(std::string_view, std::string_view), SquadScores& r) {
+  const QuestionScore q{max_over_gold(golds, prediction, exact), max_over_gold(golds, prediction, f1)};
+  r.exact_per_question.push_back(q.em);
+  r.f1_per_question.push_back(q.f1);
+  return q;
 }
 
 void check_sizes(const std::vector<SquadExample>& examples, const std::vector<std::string>& predictions) {
@@ -186,10 +201,7 @@ SquadScores evaluate_squad_v1(const std::vector<SquadExample>& examples, const s
     }
     std::vector<std::string> golds;
     for (const SquadAnswer& a : ex.answers) golds.push_back(a.text);
-    const double em = max_over_gold(golds, predictions[i], squad_v1_exact);
-    const double f1 = max_over_gold(golds, predictions[i], squad_v1_f1);
-    r.exact_per_question.push_back(em);
-    r.f1_per_question.push_back(f1);
+    const auto [em, f1] = score_question(golds, predictions[i], squad_v1_exact, squad_v1_f1, r);
     em_sum += em;
     f1_sum += f1;
   }
@@ -213,10 +225,7 @@ SquadScores evaluate_squad_v2(const std::vector<SquadExample>& examples, const s
       if (!normalize_squad_answer(a.text).empty()) golds.push_back(a.text);
     }
     if (golds.empty()) golds.emplace_back();  // unanswerable: only "" is right
-    const double em = max_over_gold(golds, predictions[i], squad_v2_exact);
-    const double f1 = max_over_gold(golds, predictions[i], squad_v2_f1);
-    r.exact_per_question.push_back(em);
-    r.f1_per_question.push_back(f1);
+    const auto [em, f1] = score_question(golds, predictions[i], squad_v2_exact, squad_v2_f1, r);
     em_sum += em;
     f1_sum += f1;
     // The script splits by bool(qa['answers']), not by is_impossible.
@@ -308,77 +317,69 @@ std::string python_float_repr(double value) {
   return sign + out;
 }
 
-void write_predictions_json(const std::string& path, const std::vector<std::pair<std::string, std::string>>& predictions) {
-  std::string out;
-  if (predictions.empty()) {
-    out = "{}";
-  } else {
-    out = "{\n";
-    for (std::size_t i = 0; i < predictions.size(); ++i) {
-      out += "    " + python_json_string(predictions[i].first) + ": " + python_json_string(predictions[i].second);
-      out += i + 1 < predictions.size() ? ",\n" : "\n";
-    }
-    out += "}";
+namespace {
+
+// A JSON object as Python's json.dump(obj, f, indent=4) writes one: "{}" when empty, else one
+// `"key": value` line per entry at four spaces. Entry i is (keys[i], value(i)), value already JSON text.
+template <class Value>
+std::string python_json_object(const std::vector<std::string>& keys, const Value& value) {
+  if (keys.empty()) return "{}";
+  std::string out = "{\n";
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    out += "    " + python_json_string(keys[i]) + ": " + value(i);
+    out += i + 1 < keys.size() ? ",\n" : "\n";
   }
+  return out + "}";
+}
+
+void check_sizes(const std::vector<std::string>& ids, const std::vector<QaPrediction>& predictions, const char* who) {
+  if (ids.size() != predictions.size()) throw std::invalid_argument(std::string(who) + ": ids and predictions differ in size");
+}
+
+}  // namespace
+
+void write_predictions_json(const std::string& path, const std::vector<std::pair<std::string, std::string>>& predictions) {
+  std::vector<std::string> keys;
+  for (const auto& p : predictions) keys.push_back(p.first);
+  const std::string out =
+      python_json_object(keys, [&](std::size_t i) { return python_json_string(predictions[i].second); });
   write_text_file(path, out + "\n", "the predictions");
 }
 
 void write_nbest_predictions_json(const std::string& path, const std::vector<std::string>& ids,
                                   const std::vector<QaPrediction>& predictions) {
-  if (ids.size() != predictions.size()) throw std::invalid_argument("write_nbest_predictions_json: ids and predictions differ in size");
+  check_sizes(ids, predictions, "write_nbest_predictions_json");
   const auto num = [](float v) { return python_float_repr(static_cast<double>(v)); };
-  std::string out;
-  if (ids.empty()) {
-    out = "{}";
-  } else {
-    out = "{\n";
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      out += "    " + python_json_string(ids[i]) + ": ";
-      const auto& nbest = predictions[i].nbest;
-      if (nbest.empty()) {
-        out += "[]";
+  const std::string out = python_json_object(ids, [&](std::size_t i) {
+    const auto& nbest = predictions[i].nbest;
+    if (nbest.empty()) return std::string("[]");
+    std::string list = "[\n";
+    for (std::size_t k = 0; k < nbest.size(); ++k) {
+      const QaCandidate& c = nbest[k];
+      const std::string in = "            ";
+      const std::string text = in + "\"text\": " + python_json_string(c.text);
+      const std::string sl = in + "\"start_logit\": " + num(c.start_logit);
+      const std::string el = in + "\"end_logit\": " + num(c.end_logit);
+      const std::string pr = in + "\"probability\": " + num(c.probability);
+      list += "        {\n";
+      // Key order follows how utils_qa built the dict (the fallback is created with "text" first).
+      if (c.kind == QaCandidate::Kind::empty_fallback) {
+        list += text + ",\n" + sl + ",\n" + el + ",\n" + pr + "\n";
       } else {
-        out += "[\n";
-        for (std::size_t k = 0; k < nbest.size(); ++k) {
-          const QaCandidate& c = nbest[k];
-          const std::string in = "            ";
-          const std::string text = in + "\"text\": " + python_json_string(c.text);
-          const std::string sl = in + "\"start_logit\": " + num(c.start_logit);
-          const std::string el = in + "\"end_logit\": " + num(c.end_logit);
-          const std::string pr = in + "\"probability\": " + num(c.probability);
-          out += "        {\n";
-          // Key order follows how utils_qa built the dict (the fallback is created with "text" first).
-          if (c.kind == QaCandidate::Kind::empty_fallback) {
-            out += text + ",\n" + sl + ",\n" + el + ",\n" + pr + "\n";
-          } else {
-            out += sl + ",\n" + el + ",\n" + text + ",\n" + pr + "\n";
-          }
-          out += k + 1 < nbest.size() ? "        },\n" : "        }\n";
-        }
-        out += "    ]";
+        list += sl + ",\n" + el + ",\n" + text + ",\n" + pr + "\n";
       }
-      out += i + 1 < ids.size() ? ",\n" : "\n";
+      list += k + 1 < nbest.size() ? "        },\n" : "        }\n";
     }
-    out += "}";
-  }
+    return list + "    ]";
+  });
   write_text_file(path, out + "\n", "the n-best predictions");
 }
 
 void write_null_odds_json(const std::string& path, const std::vector<std::string>& ids,
                           const std::vector<QaPrediction>& predictions) {
-  if (ids.size() != predictions.size()) throw std::invalid_argument("write_null_odds_json: ids and predictions differ in size");
-  std::string out;
-  if (ids.empty()) {
-    out = "{}";
-  } else {
-    out = "{\n";
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      out += "    " + python_json_string(ids[i]) + ": " +
-             python_float_repr(static_cast<double>(predictions[i].null_score_diff));
-      out += i + 1 < ids.size() ? ",\n" : "\n";
-    }
-    out += "}";
-  }
+  check_sizes(ids, predictions, "write_null_odds_json");
+  const std::string out = python_json_object(
+      ids, [&](std::size_t i) { return python_float_repr(static_cast<double>(predictions[i].null_score_diff)); });
   write_text_file(path, out + "\n", "the null odds");
 }
 
