@@ -9,12 +9,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "fuzz_util.hpp"
 #include "io/journal.hpp"
 #include "resume/run_journal.hpp"
+#include "task/encoder_runner.hpp"
 
 using namespace evalrun;
 
@@ -69,7 +71,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       FUZZ_CHECK(!j.resuming());  // RunJournal read it, so it must parse
       return;
     }
-    j.check(now, 1000);
+    // Records are checked as a task would: parsed as a QA feature's result, every byte used.
+    j.check(now, 1000, [](std::uint64_t, const std::string& payload) {
+      ByteReader r(payload);
+      QaItemResult::read(r);
+      if (!r.done()) throw std::runtime_error("bytes follow the record");
+    });
     for (const auto& [index, record] : j.finished()) FUZZ_CHECK(index < 1000);
     j.remove();  // removes only its own files
   });

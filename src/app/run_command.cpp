@@ -104,7 +104,8 @@ int run_command(const MpiWorld& world, const RunSpec& spec, bool resume) {
     journal.emplace(spec.output.path, resume);
     work = flow->prepare(spec, dp, journal->finished_indices());
     prov.model_sha256 = checkpoint_sha256(spec.model.path);
-    journal->check(run_fingerprint(spec, prov.model_sha256, work.inputs_sha256), work.items);
+    journal->check(run_fingerprint(spec, prov.model_sha256, work.inputs_sha256), work.items,
+                   [&](std::uint64_t index, const std::string& payload) { flow->check_record(index, payload); });
     times.prepare = seconds_since(t0);
     times.resumed_items = journal->finished().size();
     log().info("prepared {} samples -> {} work items in {:.2f} s", work.samples, work.items, times.prepare);

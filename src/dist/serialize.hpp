@@ -48,7 +48,7 @@ class ByteReader {
   template <typename T>
   std::vector<T> get_vector() {
     auto n = get<std::uint64_t>();
-    need(n * sizeof(T));
+    if (n > (buf_.size() - pos_) / sizeof(T)) throw std::runtime_error("ByteReader: message truncated");
     std::vector<T> v(n);
     if (n) std::memcpy(v.data(), buf_.data() + pos_, n * sizeof(T));
     pos_ += n * sizeof(T);
@@ -65,7 +65,7 @@ class ByteReader {
 
  private:
   void need(std::size_t n) const {
-    if (pos_ + n > buf_.size()) throw std::runtime_error("ByteReader: message truncated");
+    if (n > buf_.size() - pos_) throw std::runtime_error("ByteReader: message truncated");
   }
   const std::string& buf_;
   std::size_t pos_ = 0;

@@ -233,7 +233,7 @@ std::set<std::uint64_t> RunJournal::finished_indices() const {
   return s;
 }
 
-void RunJournal::check(const RunFingerprint& now, std::uint64_t items) {
+void RunJournal::check(const RunFingerprint& now, std::uint64_t items, const RecordCheck& check_record) {
   if (then_) {
     const auto changes = fingerprint_changes(*then_, now);
     if (!changes.empty()) {
@@ -244,15 +244,25 @@ void RunJournal::check(const RunFingerprint& now, std::uint64_t items) {
                            ". Run it as it was, or remove the directory to start over");
     }
   }
-  // The same run: a record whose CRC holds but whose index is not one of its work items (a hostile or
-  // hand-edited file) is named now rather than when the results are gathered.
-  if (!finished_.empty() && finished_.rbegin()->first >= items) {
-    const std::uint64_t index = finished_.rbegin()->first;
+  // The same run: a record whose CRC holds but whose index or payload is not one of its work items'
+  // (a hostile or hand-edited file) is named now rather than when the results are gathered.
+  for (const auto& [index, payload] : finished_) {
+    std::string problem;
+    if (index >= items) {
+      problem = "work item index " + std::to_string(index) + " is out of range: the run has " +
+                std::to_string(items) + " work items";
+    } else {
+      try {
+        check_record(index, payload);
+      } catch (const std::exception& e) {
+        problem = "work item " + std::to_string(index) + ": the payload is not this task's result record (" +
+                  e.what() + ")";
+      }
+    }
+    if (problem.empty()) continue;
     const std::string& at = origin_.at(index);
     const auto colon = at.find(": ");
-    throw InputError(at.substr(0, colon), at.substr(colon + 2) + ": work item index " + std::to_string(index) +
-                                             " is out of range: the run has " + std::to_string(items) +
-                                             " work items; remove the directory to start over");
+    throw InputError(at.substr(0, colon), at.substr(colon + 2) + ": " + problem + "; remove the directory to start over");
   }
   now_ = now;
 }

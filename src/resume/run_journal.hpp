@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -67,10 +68,13 @@ class RunJournal {
   std::set<std::uint64_t> finished_indices() const;
   std::map<std::uint64_t, std::string> take_finished() { return std::move(finished_); }
 
-  // The new run's fingerprint and its number of work items, once its work is prepared. InputError
-  // naming the journal file and record when a finished item's index is not below `items`; resuming:
-  // InputError naming the journal and every change unless the fingerprint equals the interrupted run's.
-  void check(const RunFingerprint& now, std::uint64_t items);
+  // The new run's fingerprint and its number of work items, once its work is prepared. Resuming:
+  // InputError naming the journal and every change unless the fingerprint equals the interrupted
+  // run's. Then every finished item: InputError naming the journal file and record when its index is
+  // not below `items`, or when check_record(index, payload) throws (a record that is not the task's,
+  // or does not fit its item: TaskFlow::check_record).
+  using RecordCheck = std::function<void(std::uint64_t index, const std::string& payload)>;
+  void check(const RunFingerprint& now, std::uint64_t items, const RecordCheck& check_record);
   // Before any rank runs: a fresh run (re)creates the directory and writes its fingerprint.
   void start();
   const std::string& run_id() const { return run_id_; }

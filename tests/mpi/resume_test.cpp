@@ -10,10 +10,12 @@
 #include <fstream>
 #include <functional>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "io/hdf5_file.hpp"
 #include "io/journal.hpp"
+#include "task/encoder_runner.hpp"
 #include "process_util.hpp"
 #include "test_util.hpp"
 
@@ -189,6 +191,34 @@ class Resume : public ::testing::Test {
     return {ref.path(), got.path()};
   }
 
+  // A record with a valid CRC whose payload the task cannot use, for a work item not yet done, in a
+  // rank file of its own: --resume refuses it (exit 2) naming that file, and the file is then removed.
+  static void hostile_record_is_refused(const std::string& config, const std::string& out, const std::string& payload,
+                                        const std::string& reason) {
+    const fs::path journal = dir_ / (out + ".journal");
+    std::set<std::uint64_t> done;
+    std::string run_id;
+    for (const auto& e : fs::directory_iterator(journal)) {
+      if (e.path().extension() != ".evj") continue;
+      run_id = e.path().filename().string().substr(0, e.path().filename().string().find(".rank"));
+      for (const auto& [index, record] : read_journal(e.path().string()).items) done.insert(index);
+    }
+    std::uint64_t index = 0;
+    while (done.count(index)) ++index;
+    const fs::path hostile = journal / (run_id + ".rank9.evj");
+    {
+      JournalWriter w(hostile.string());
+      w.add(index, payload);
+      w.flush();
+    }
+    const auto r = run_process(mpirun(2) + run_cmd(config, out, "--resume"));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_HAS(r.output, hostile.string() + ": record at byte 4: work item " + std::to_string(index) +
+                             ": the payload is not this task's result record (" + reason + ")");
+    EXPECT_FALSE(fs::exists(dir_ / out)) << "a refused run wrote a result file";
+    fs::remove(hostile);
+  }
+
   static inline fs::path dir_;
 };
 
@@ -237,7 +267,13 @@ TEST_F(Resume, GenerateKilledRankResumesToTheSameFileAndChangesAreRefused) {
 
 TEST_F(Resume, QaFeaturesResumeAndPostProcessingSeesThemAll) {
   // 200 questions on 40 long contexts: several features (work items) per question.
-  const auto [ref_path, got_path] = kill_and_resume("qa.toml");
+  const auto [ref_path, got_path] = kill_and_resume("qa.toml", [](const std::string& out) {
+    QaItemResult wrong;  // a well-formed record with logits for a feature of 3 tokens
+    wrong.start_logits = wrong.end_logits = {0.0F, 1.0F, 2.0F};
+    ByteWriter w;
+    wrong.write(w);
+    hostile_record_is_refused("qa.toml", out, w.take(), "3 start and 3 end logits for a feature of ");
+  });
   H5Reader a(ref_path), b(got_path);
   EXPECT_EQ(a.read_u64("/features/example_index"), b.read_u64("/features/example_index"));
   EXPECT_EQ(a.read_i64("/features/input_ids/values"), b.read_i64("/features/input_ids/values"));
@@ -260,7 +296,9 @@ TEST_F(Resume, MlmResumesToTheSameFile) {
 }
 
 TEST_F(Resume, PerplexityResumesToTheSameFile) {
-  const auto [ref_path, got_path] = kill_and_resume("perplexity.toml");
+  const auto [ref_path, got_path] = kill_and_resume("perplexity.toml", [](const std::string& out) {
+    hostile_record_is_refused("perplexity.toml", out, "cut", "ByteReader: message truncated");
+  });
   H5Reader a(ref_path), b(got_path);
   EXPECT_EQ(a.read_i64("/scores/position"), b.read_i64("/scores/position"));
   expect_close(a.read_f64("/scores/log_prob"), b.read_f64("/scores/log_prob"), 1e-5, "log_prob");

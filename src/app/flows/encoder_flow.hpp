@@ -53,5 +53,15 @@ RunSpec calibration_spec(const RunSpec& spec);
 // The calibration set of an encoder task: its items' token ids.
 CalibrationSet encoder_calibration(const std::vector<EncoderItem>& items, const std::string& dataset,
                                    std::size_t examples);
+// The calibration set of an encoder task whose data `read` prepares (its `items` and `sample_ids`):
+// the task's own preprocessing on the calibration data set's first examples; empty when direct
+// quantization needs no calibration.
+template <class Data>
+CalibrationSet encoder_task_calibration(const RunSpec& spec, Data (*read)(const RunSpec&, const ByteLevelBPE&)) {
+  if (!direct_int8_settings(spec).needs_calibration()) return {};
+  const RunSpec cal = calibration_spec(spec);
+  const Data d = read(cal, ByteLevelBPE::from_dir(tokenizer_dir(cal)));
+  return encoder_calibration(d.items, cal.task.dataset, d.sample_ids.size());
+}
 
 }  // namespace evalrun

@@ -101,6 +101,22 @@ class GenerateFlow : public DecoderFlow {
     return records.take();
   }
 
+  void check_record(std::uint64_t index, const std::string& payload) const override {
+    const auto g = parse_record<GenerationResult>(payload);
+    const std::size_t n = g.generated_ids.size();
+    if (n > max_steps_[index]) {
+      throw std::runtime_error(std::to_string(n) + " generated tokens where the prompt runs at most " +
+                               std::to_string(max_steps_[index]) + " steps");
+    }
+    if (g.own_ids.size() != n || g.step_seconds.size() != n) {
+      throw std::runtime_error("generated tokens, chosen tokens and step times differ in number");
+    }
+    if (!g.step_logits.empty() && g.step_logits.size() != n * static_cast<std::size_t>(std::max<std::int64_t>(g.vocab, 0))) {
+      throw std::runtime_error("the logits are not one row of the vocabulary per generated token");
+    }
+    if (g.topk_ids.size() != g.topk_logits.size()) throw std::runtime_error("top-k ids and logits differ in number");
+  }
+
   void finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
               Provenance prov) override {
     const std::size_t n = prompts_.size();
@@ -215,9 +231,11 @@ class GenerateFlow : public DecoderFlow {
     }
     prompt_ids_.clear();
     truncated_.clear();
+    max_steps_.clear();
     for (const auto& it : items) {
       prompt_ids_.push_back(it.prompt_ids);
       truncated_.push_back(it.truncated ? 1 : 0);
+      max_steps_.push_back(it.forced_ids ? it.forced_ids->size() : static_cast<std::size_t>(spec.task.max_new_tokens));
     }
     // A shard: the tokenizer's stop and pad ids and the prompts at `positions`.
     auto serialize = [&](const std::vector<std::size_t>& positions) {
@@ -275,6 +293,7 @@ class GenerateFlow : public DecoderFlow {
   std::vector<Prompt> prompts_;
   std::vector<std::vector<std::int64_t>> prompt_ids_;
   std::vector<std::int64_t> truncated_;
+  std::vector<std::size_t> max_steps_;  // most tokens each prompt generates (forced: its forced ids)
   // every rank
   GenerationShard shard_;
 };

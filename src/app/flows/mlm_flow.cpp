@@ -189,19 +189,27 @@ class MlmFlow : public EncoderFlow {
     finish_mlm(spec, data_, *tokenizer_, gathered, times, prov, vocab_);
   }
 
+  void check_record(std::uint64_t index, const std::string& payload) const override {
+    const auto r = parse_record<MlmItemScores>(payload);
+    const std::size_t masks = all_items_[index].mask_positions.size();
+    if (r.masks.size() != masks) {
+      throw std::runtime_error(std::to_string(r.masks.size()) + " masks for a sample with " + std::to_string(masks));
+    }
+    for (const auto& m : r.masks) {
+      if (m.top.ids.size() != m.top.logits.size()) throw std::runtime_error("top-k ids and logits differ in number");
+      if (!m.full_row.empty() && m.full_row.size() != r.masks.front().full_row.size()) {
+        throw std::runtime_error("logits rows of different lengths");
+      }
+    }
+  }
+
  private:
   MlmData data_;  // rank 0
 };
 
 }  // namespace
 
-CalibrationSet mlm_calibration(const RunSpec& spec) {
-  if (!direct_int8_settings(spec).needs_calibration()) return {};
-  // The task's own preprocessing on the calibration data set's first examples.
-  const RunSpec cal = calibration_spec(spec);
-  const MlmData d = read_mlm(cal, ByteLevelBPE::from_dir(tokenizer_dir(cal)));
-  return encoder_calibration(d.items, cal.task.dataset, d.sample_ids.size());
-}
+CalibrationSet mlm_calibration(const RunSpec& spec) { return encoder_task_calibration(spec, read_mlm); }
 
 std::unique_ptr<TaskFlow> make_mlm_flow() { return std::make_unique<MlmFlow>(); }
 

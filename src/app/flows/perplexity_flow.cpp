@@ -41,6 +41,21 @@ class PerplexityFlow : public DecoderFlow {
     return records.take();
   }
 
+  void check_record(std::uint64_t index, const std::string& payload) const override {
+    const auto s = parse_record<WindowScores>(payload);
+    const PerplexityWindow& w = all_windows_[index];
+    const auto scored = static_cast<std::size_t>(w.end - w.score_from);
+    bool positions_fit = s.positions.size() == scored && s.log_probs.size() == scored;
+    for (std::size_t k = 0; positions_fit && k < scored; ++k) {
+      positions_fit = s.positions[k] == w.score_from + static_cast<std::int64_t>(k);
+    }
+    if (!positions_fit) {
+      throw std::runtime_error("it does not score positions " + std::to_string(w.score_from) + " to " +
+                               std::to_string(w.end - 1) + " of window " + std::to_string(index));
+    }
+    if (s.topk_ids.size() != s.topk_logits.size()) throw std::runtime_error("top-k ids and logits differ in number");
+  }
+
   void finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
               Provenance prov) override {
     const std::size_t nw = all_windows_.size();

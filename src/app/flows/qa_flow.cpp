@@ -204,19 +204,23 @@ class QaFlow : public EncoderFlow {
     finish_qa(spec, data_, gathered, times, prov);
   }
 
+  void check_record(std::uint64_t index, const std::string& payload) const override {
+    const auto r = parse_record<QaItemResult>(payload);
+    const std::size_t n = all_items_[index].input_ids.size();
+    if (r.start_logits.size() != n || r.end_logits.size() != n) {
+      throw std::runtime_error(std::to_string(r.start_logits.size()) + " start and " +
+                               std::to_string(r.end_logits.size()) + " end logits for a feature of " +
+                               std::to_string(n) + " tokens");
+    }
+  }
+
  private:
   QaData data_;  // rank 0
 };
 
 }  // namespace
 
-CalibrationSet qa_calibration(const RunSpec& spec) {
-  if (!direct_int8_settings(spec).needs_calibration()) return {};
-  // The task's own preprocessing on the calibration data set's first examples.
-  const RunSpec cal = calibration_spec(spec);
-  const QaData d = read_qa(cal, ByteLevelBPE::from_dir(tokenizer_dir(cal)));
-  return encoder_calibration(d.items, cal.task.dataset, d.sample_ids.size());
-}
+CalibrationSet qa_calibration(const RunSpec& spec) { return encoder_task_calibration(spec, read_qa); }
 
 std::unique_ptr<TaskFlow> make_qa_flow() { return std::make_unique<QaFlow>(); }
 

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 
 #include "common/errors.hpp"
 #include "config/config.hpp"
@@ -18,6 +19,8 @@ using namespace evalrun;
 namespace {
 
 constexpr std::uint64_t kItems = 100;  // work items of the runs these tests journal
+// A task whose every record fits (the flows' own checks are tested with real runs in tests/mpi).
+void any_record(std::uint64_t, const std::string&) {}
 
 #define EXPECT_HAS(text, part)                               \
   EXPECT_NE(std::string(text).find(part), std::string::npos) \
@@ -84,7 +87,7 @@ class RunJournalDir : public ::testing::Test {
   std::string interrupted_run(const RunFingerprint& f, const std::vector<FinishedItems>& per_rank) {
     RunJournal j(out_, /*resume=*/false);
     EXPECT_FALSE(j.resuming());
-    j.check(f, kItems);
+    j.check(f, kItems, any_record);
     j.start();
     for (std::size_t r = 0; r < per_rank.size(); ++r) {
       JournalAppender a(out_, j.run_id(), static_cast<int>(r));
@@ -119,13 +122,13 @@ TEST_F(RunJournalDir, ResumeGetsEveryRanksItemsAndRefusesAChangedRun) {
   EXPECT_EQ(j.finished(), (std::map<std::uint64_t, std::string>{{0, "a"}, {1, "b"}, {3, "d"}}));
   EXPECT_EQ(j.finished_indices(), (std::set<std::uint64_t>{0, 1, 3}));
   try {
-    j.check(fingerprint_of({"task.max_new_tokens=5"}), kItems);
+    j.check(fingerprint_of({"task.max_new_tokens=5"}), kItems, any_record);
     FAIL() << "no error";
   } catch (const InputError& e) {
     EXPECT_EQ(e.where(), RunJournal::dir_for(out_) + "/fingerprint.json");
     EXPECT_HAS(e.what(), "task.max_new_tokens = 5 (was 4)");
   }
-  j.check(fingerprint_of({"task.batch_size=7"}), kItems);  // allowed
+  j.check(fingerprint_of({"task.batch_size=7"}), kItems, any_record);  // allowed
   j.start();                                        // resuming: keeps the directory and its files
   EXPECT_EQ(RunJournal(out_, true).finished().size(), 3u);
   j.remove();
@@ -137,7 +140,7 @@ TEST_F(RunJournalDir, AResumedRunAppendsAndOnlyItsOwnRunsFilesCount) {
   {
     // The resumed run, on 3 ranks, finishes more and is interrupted again.
     RunJournal j(out_, true);
-    j.check(fingerprint_of({}), kItems);
+    j.check(fingerprint_of({}), kItems, any_record);
     j.start();
     JournalAppender(out_, id, 0).add({{5, "f"}});
     JournalAppender(out_, id, 2).add({{6, "g"}});
@@ -161,7 +164,7 @@ TEST_F(RunJournalDir, NothingToResumeIsAFreshRun) {
   const std::string old_id = interrupted_run(fingerprint_of({"task.max_new_tokens=9"}), {{}});
   RunJournal j(out_, false);
   EXPECT_FALSE(j.resuming());
-  j.check(fingerprint_of({}), kItems);
+  j.check(fingerprint_of({}), kItems, any_record);
   j.start();
   EXPECT_NE(j.run_id(), old_id);
   EXPECT_FALSE(fs::exists(RunJournal::rank_file(out_, old_id, 0)));
@@ -185,7 +188,7 @@ TEST_F(RunJournalDir, AnOutputPathThatCannotHoldADirectoryIsAnInputError) {
   const std::string out = (dir_ / "file" / "out.h5").string();
   RunJournal j(out, true);
   EXPECT_FALSE(j.resuming());
-  j.check(fingerprint_of({}), kItems);
+  j.check(fingerprint_of({}), kItems, any_record);
   EXPECT_THROW(j.start(), InputError);
   EXPECT_THROW(JournalAppender(out, "00000000000000aa", 1), InputError);
 }
@@ -212,12 +215,28 @@ TEST_F(RunJournalDir, ARecordWithAnIndexOutsideTheRunIsNamedWhenTheJournalIsRead
   const std::string id = interrupted_run(fingerprint_of({}), {{{0, "a"}, {kItems + 5, "hostile"}}});
   RunJournal j(out_, true);
   try {
-    j.check(fingerprint_of({}), kItems);
+    j.check(fingerprint_of({}), kItems, any_record);
     FAIL() << "no error";
   } catch (const InputError& e) {
     EXPECT_EQ(e.where(), RunJournal::rank_file(out_, id, 0));
     EXPECT_HAS(e.what(), "record at byte 25");  // magic (4) + the first record (16 + 1 + 4)
     EXPECT_HAS(e.what(), "work item index 105 is out of range: the run has 100 work items");
+  }
+}
+
+TEST_F(RunJournalDir, ARecordTheTaskCannotReadIsNamedWhenTheJournalIsRead) {
+  const std::string id = interrupted_run(fingerprint_of({}), {{{0, "a"}, {1, "bad"}}});
+  RunJournal j(out_, true);
+  const auto refuse_bad = [](std::uint64_t, const std::string& payload) {
+    if (payload == "bad") throw std::runtime_error("cut short");
+  };
+  try {
+    j.check(fingerprint_of({}), kItems, refuse_bad);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where(), RunJournal::rank_file(out_, id, 0));
+    EXPECT_HAS(e.what(), "record at byte 25");
+    EXPECT_HAS(e.what(), "work item 1: the payload is not this task's result record (cut short)");
   }
 }
 
@@ -274,7 +293,7 @@ TEST_F(RunJournalDir, OnlyTheFilesEvalrunWroteAreRemoved) {
   std::ofstream(fs::path(dir) / "0123.rank0.evj") << "not a run id of ours";
   // A fresh run replaces the journal's own files only.
   RunJournal j(out_, false);
-  j.check(fingerprint_of({}), kItems);
+  j.check(fingerprint_of({}), kItems, any_record);
   j.start();
   EXPECT_FALSE(fs::exists(RunJournal::rank_file(out_, id, 0)));
   EXPECT_TRUE(fs::exists(fs::path(dir) / "fingerprint.json"));
