@@ -9,6 +9,7 @@
 #include "app/command_line.hpp"
 #include "common/errors.hpp"
 #include "io/hdf5_file.hpp"
+#include "io/hdf5_probe.hpp"
 
 namespace evalrun {
 namespace {
@@ -63,6 +64,7 @@ int inspect_command(int argc, char** argv) {
   app.add_option("file", path, "result file (.h5)")->required();
   app.add_flag("--config", show_config, "also print the config the run used");
   if (auto stop = parse_command_line(app, argc, argv)) return *stop;
+  probe_hdf5_file(path);  // a malformed file must not crash evalrun inside HDF5
   H5Reader in(path);
   if (!in.has_attr("/", "format_version")) throw InputError(path, "not an evalrun result file (no format_version)");
   std::printf("%s\n", path.c_str());

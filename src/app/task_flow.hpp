@@ -64,8 +64,9 @@ class TaskFlow {
   virtual void finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
                       Provenance provenance) = 0;                                        // rank 0
   // rank 0, after prepare(): the record an interrupted run journaled for work item `index` (below the
-  // item count) must parse as this task's record, use every byte, and fit the item (its sizes);
-  // std::runtime_error saying what does not (run_journal.hpp names the file and record).
+  // item count) must parse as this task's record, use every byte (from_bytes, dist/serialize.hpp),
+  // and fit the item (its sizes); std::runtime_error saying what does not (run_journal.hpp names the
+  // file and record).
   virtual void check_record(std::uint64_t index, const std::string& payload) const = 0;
 
   // The device backend load() hands the model to (run_command sets it before load).
@@ -118,15 +119,6 @@ std::vector<Record> read_gathered_records(const std::vector<std::string>& gather
   std::vector<Record> out(n);
   read_gathered(gathered, n, what, [&](ByteReader& r, std::size_t index) { out[index] = Record::read(r); });
   return out;
-}
-// One journaled record of type Record (TaskFlow::check_record): std::runtime_error when it is cut
-// short or bytes follow it.
-template <class Record>
-Record parse_record(const std::string& payload) {
-  ByteReader r(payload);
-  Record record = Record::read(r);
-  if (!r.done()) throw std::runtime_error("bytes follow the record");
-  return record;
 }
 // What a rank that is not the first of its tensor-parallel group returns from run(): no items (the
 // first rank of the group returns the group's results).

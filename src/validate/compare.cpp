@@ -9,6 +9,7 @@
 
 #include "common/errors.hpp"
 #include "io/hdf5_file.hpp"
+#include "io/hdf5_probe.hpp"
 #include "task/registry.hpp"
 #include "validate/divergence.hpp"
 
@@ -579,6 +580,8 @@ static_assert(rows_cover_every_task(kCompare), "kCompare needs one row per TaskK
 }  // namespace
 
 Comparison compare_results(const std::string& reference, const std::string& candidate, const Thresholds& thresholds) {
+  probe_hdf5_file(reference);  // a malformed file must not crash evalrun inside HDF5
+  probe_hdf5_file(candidate);
   H5Reader ref(reference), cand(candidate);
   require_result_file(ref);
   require_result_file(cand);

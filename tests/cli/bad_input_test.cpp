@@ -403,6 +403,15 @@ std::vector<Case> cases() {
        },
        {"no-model", "does not exist"}},
       // --- reference files (compare) ----------------------------------------------------------------
+      // Files on which the system libhdf5 crashes (tests/data/hostile_h5/README.md).
+      {"reference: HDF5 crashes on it (inspect)", [&](P) { return "inspect " + kSrc + "/tests/data/hostile_h5/crash-2.h5"; },
+       {"crash-2.h5", "the HDF5 library crashed reading it", "damaged"}},
+      {"reference: HDF5 crashes on it (compare)",
+       [&](P) { return "compare " + kSrc + "/tests/data/hostile_h5/crash-1.h5 " + (BadInput::base_ / "earlier.h5").string(); },
+       {"crash-1.h5", "the HDF5 library crashed reading it"}},
+      {"reference: HDF5 crashes on the candidate (compare)",
+       [&](P) { return "compare " + (BadInput::base_ / "earlier.h5").string() + " " + kSrc + "/tests/data/hostile_h5/crash-2.h5"; },
+       {"crash-2.h5", "the HDF5 library crashed reading it"}},
       {"reference: not HDF5",
        [&](P d) {
          spit(d / "ref.h5", "this is not an HDF5 file");
@@ -579,6 +588,8 @@ std::vector<Case> guard_cases() {
       {"limits: 10 MB dtype value is quoted shortened", [](P d) { return BadInput::config(d, BadInput::qa_config(d) + "[parallel]\n") + set("model.dtype", big(100000)); }, {"model.dtype", "(100000 bytes)"}},
       {"limits: 10 MB enum value is quoted shortened", [](P d) { return BadInput::config(d, BadInput::qa_config(d) + "[parallel]\n") + set("output.logits", big(100000)); }, {"output.logits", "(100000 bytes)"}},
       {"limits: 10 MB run.name is quoted shortened", [](P d) { return BadInput::config(d, "[run]\nname = \"" + big(10000000) + "/\"\n"); }, {"run.name", "(10000001 bytes)"}},
+      // qa_config ends in [output], so the key lands there.
+      {"limits: 10 MB unknown key is quoted shortened", [](P d) { return qa_cfg(d, big(10000000) + " = 1\n"); }, {"cfg.toml:", "unknown key 'output.xxx", "(10000007 bytes)"}},
       {"limits: 10 MB unknown section is shortened", [](P d) { return qa_cfg(d, "[" + big(10000000) + "]\n"); }, {"cfg.toml:", "unknown section", "bytes)"}},
       {"limits: 100 kB --set text is shortened", [](P d) { return qa_cfg(d) + " --set " + big(100000); }, {"--set 'xxx", "(100000 bytes)"}},
       {"limits: 10 MB output path placeholder is shortened", [](P d) { return qa_cfg(d) + set("output.path", big(100000) + "%q"); }, {"output.path", "(100002 bytes)", "%q"}},
@@ -594,6 +605,7 @@ std::vector<Case> guard_cases() {
       {"limits: SQuAD jsonl line nested deep", [](P d) { return qa_cfg(d) + set("task.dataset", W(d, "s.jsonl", "\n" + deep(100000, '[', ']') + "\n")); }, {"s.jsonl:2", "nested more than 64"}},
       {"limits: mlm jsonl line nested deep", [](P d) { return mlm_cfg(d, W(d, "m.jsonl", "{\"id\": \"a\", \"text\": \"x <mask> y\"}\n" + deep(100000, '[', ']') + "\n")); }, {"m.jsonl:2", "nested more than 64"}},
       {"limits: prompts jsonl line nested deep", [](P d) { return gen_cfg(d, W(d, "p.jsonl", "{\"id\": \"a\", \"prompt\": \"x\"}\n\n" + deep(100000, '{', '}') + "\n")); }, {"p.jsonl:3", "nested more than 64"}},
+      {"limits: brackets inside JSON strings do not count", [](P d) { return mlm_cfg(d, W(d, "m.jsonl", "{\"id\": \"a\", \"text\": \"" + deep(100, '[', ']') + " no mask\"}\n")); }, {"m.jsonl", "no <mask> token"}},
       {"limits: a 10 MB broken JSON string is shortened", [](P d) { spit(d / "qa/config.json", "{\"a\": \"" + big(10000000) + "\\q\"}"); return qa_cfg(d); }, {"config.json", "bytes)"}},
       {"limits: a 10 MB broken jsonl line is shortened", [](P d) { return mlm_cfg(d, W(d, "m.jsonl", "{\"id\": \"" + big(10000000) + "\\q\"}\n")); }, {"m.jsonl:1", "bytes)"}},
       // --- empty data sets, refused alike ----------------------------------------------------------------
@@ -608,6 +620,20 @@ std::vector<Case> guard_cases() {
       {"empty: prompt glob matching nothing", [](P d) { return gen_cfg(d, S(d) + "/none-*.txt"); }, {"none-*.txt", "no prompt files"}},
       {"empty: perplexity corpus blank", [](P d) { return ppl_cfg(d, W(d, "c.txt", "")); }, {"c.txt", "empty"}},
       // --- blamed on the right file ------------------------------------------------------------------------
+      // Every place a tokenizer names its mask token, removed: the error names the tokenizer's vocabulary.
+      {"blame: no mask token names the tokenizer's vocab",
+       [](P d) {
+         BadInput::edit_json(d / "mlm/vocab.json", [](json& j) { j.erase("<mask>"); });
+         BadInput::edit_json(d / "mlm/tokenizer_config.json", [](json& j) {
+           j.erase("mask_token");
+           for (auto it = j["added_tokens_decoder"].begin(); it != j["added_tokens_decoder"].end();) {
+             it = it.value()["content"] == "<mask>" ? j["added_tokens_decoder"].erase(it) : std::next(it);
+           }
+         });
+         BadInput::edit_json(d / "mlm/special_tokens_map.json", [](json& j) { j.erase("mask_token"); });
+         return mlm_cfg(d, kSrc + "/data/demo_mlm.jsonl");
+       },
+       {"mlm/vocab.json", "no mask token"}},
       {"blame: QA data set is a directory", [](P d) { fs::create_directories(d / "sq"); return qa_cfg(d) + set("task.dataset", S(d / "sq")); }, {"task.dataset", "is a directory, expected a file"}},
       {"blame: mlm data set is a directory", [](P d) { fs::create_directories(d / "md"); return mlm_cfg(d, S(d / "md")); }, {"task.dataset", "is a directory, expected a file"}},
       {"blame: perplexity corpus is a directory", [](P d) { fs::create_directories(d / "cd"); return ppl_cfg(d, S(d / "cd")); }, {"task.dataset", "is a directory, expected a file"}},

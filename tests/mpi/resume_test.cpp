@@ -214,7 +214,7 @@ class Resume : public ::testing::Test {
     const auto r = run_process(mpirun(2) + run_cmd(config, out, "--resume"));
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_HAS(r.output, hostile.string() + ": record at byte 4: work item " + std::to_string(index) +
-                             ": the payload is not this task's result record (" + reason + ")");
+                             ": the payload is not this task's result record (" + reason);
     EXPECT_FALSE(fs::exists(dir_ / out)) << "a refused run wrote a result file";
     fs::remove(hostile);
   }
@@ -297,7 +297,7 @@ TEST_F(Resume, MlmResumesToTheSameFile) {
 
 TEST_F(Resume, PerplexityResumesToTheSameFile) {
   const auto [ref_path, got_path] = kill_and_resume("perplexity.toml", [](const std::string& out) {
-    hostile_record_is_refused("perplexity.toml", out, "cut", "ByteReader: message truncated");
+    hostile_record_is_refused("perplexity.toml", out, "cut", "ByteReader: message truncated)");
   });
   H5Reader a(ref_path), b(got_path);
   EXPECT_EQ(a.read_i64("/scores/position"), b.read_i64("/scores/position"));

@@ -102,7 +102,7 @@ class GenerateFlow : public DecoderFlow {
   }
 
   void check_record(std::uint64_t index, const std::string& payload) const override {
-    const auto g = parse_record<GenerationResult>(payload);
+    const auto g = from_bytes<GenerationResult>(payload);
     const std::size_t n = g.generated_ids.size();
     if (n > max_steps_[index]) {
       throw std::runtime_error(std::to_string(n) + " generated tokens where the prompt runs at most " +

@@ -190,7 +190,7 @@ class MlmFlow : public EncoderFlow {
   }
 
   void check_record(std::uint64_t index, const std::string& payload) const override {
-    const auto r = parse_record<MlmItemScores>(payload);
+    const auto r = from_bytes<MlmItemScores>(payload);
     const std::size_t masks = all_items_[index].mask_positions.size();
     if (r.masks.size() != masks) {
       throw std::runtime_error(std::to_string(r.masks.size()) + " masks for a sample with " + std::to_string(masks));

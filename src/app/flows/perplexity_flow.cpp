@@ -42,7 +42,7 @@ class PerplexityFlow : public DecoderFlow {
   }
 
   void check_record(std::uint64_t index, const std::string& payload) const override {
-    const auto s = parse_record<WindowScores>(payload);
+    const auto s = from_bytes<WindowScores>(payload);
     const PerplexityWindow& w = all_windows_[index];
     const auto scored = static_cast<std::size_t>(w.end - w.score_from);
     bool positions_fit = s.positions.size() == scored && s.log_probs.size() == scored;

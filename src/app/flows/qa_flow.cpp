@@ -205,7 +205,7 @@ class QaFlow : public EncoderFlow {
   }
 
   void check_record(std::uint64_t index, const std::string& payload) const override {
-    const auto r = parse_record<QaItemResult>(payload);
+    const auto r = from_bytes<QaItemResult>(payload);
     const std::size_t n = all_items_[index].input_ids.size();
     if (r.start_logits.size() != n || r.end_logits.size() != n) {
       throw std::runtime_error(std::to_string(r.start_logits.size()) + " start and " +
