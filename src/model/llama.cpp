@@ -553,16 +553,14 @@ std::int64_t LlamaModel::vocab_size() const { return impl_->cfg.vocab_size; }
 
 namespace {
 ModelDims dims_from(const LlamaConfig& c, const std::string& path) {
-  ModelDims m;
-  m.config_json = path;
-  m.layers = c.num_hidden_layers;
-  m.heads = c.num_attention_heads;
-  m.kv_heads = c.num_key_value_heads > 0 ? c.num_key_value_heads : c.num_attention_heads;
-  m.head_dim = c.head_dim;
-  m.vocab = c.vocab_size;
-  m.max_positions = c.max_position_embeddings;
-  m.rotary = true;
-  return m;
+  return {.config_json = path,
+          .layers = c.num_hidden_layers,
+          .heads = c.num_attention_heads,
+          .kv_heads = c.num_key_value_heads > 0 ? c.num_key_value_heads : c.num_attention_heads,
+          .head_dim = c.head_dim,
+          .vocab = c.vocab_size,
+          .max_positions = c.max_position_embeddings,
+          .rotary = true};
 }
 }  // namespace
 

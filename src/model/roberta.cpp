@@ -473,16 +473,14 @@ std::int64_t RobertaModel::vocab_size() const { return impl_->cfg.vocab_size; }
 
 namespace {
 ModelDims dims_from(const RobertaConfig& c, const std::string& path) {
-  ModelDims m;
-  m.config_json = path;
-  m.layers = c.num_hidden_layers;
-  m.heads = c.num_attention_heads;
-  m.kv_heads = c.num_attention_heads;
-  m.head_dim = c.head_dim();
-  m.vocab = c.vocab_size;
-  m.max_positions = c.max_sequence_length();
-  m.rotary = false;
-  return m;
+  return {.config_json = path,
+          .layers = c.num_hidden_layers,
+          .heads = c.num_attention_heads,
+          .kv_heads = c.num_attention_heads,
+          .head_dim = c.head_dim(),
+          .vocab = c.vocab_size,
+          .max_positions = c.max_sequence_length(),
+          .rotary = false};
 }
 }  // namespace
 
