@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "test_util.hpp"
+#include "tokenizer/decoder_tokenizer.hpp"
 #include "tokenizer/hf_tokenizer.hpp"
 
 namespace evalrun {
@@ -54,6 +55,9 @@ TEST_P(HfOracle, IdsAndDecodedTextMatchTransformersJs) {
   ASSERT_EQ(std::system(run_oracle.c_str()), 0) << run_oracle;
 
   const HfTokenizer tok = HfTokenizer::from_file((files / "tokenizer.json").string());
+  // The checkpoint-directory path the decoder tasks use: tokenizer.json wins, BOS as its post-processor says.
+  const DecoderTokenizer dec = DecoderTokenizer::from_dir(files.string());
+  EXPECT_EQ(dec.kind(), "tokenizer.json");
   std::ifstream in(oracle);
   std::string line;
   std::size_t n = 0, bad = 0, excluded = 0;
@@ -72,7 +76,12 @@ TEST_P(HfOracle, IdsAndDecodedTextMatchTransformersJs) {
     const std::string want_text = row["decoded"].get<std::string>();
     const Ids got = tok.encode(text, false).ids, got_special = tok.encode(text, true).ids;
     const std::string got_text = tok.decode(got_special, true);
-    if (got == want && got_special == want_special && got_text == want_text) continue;
+    const Ids dec_ids = dec.encode(text);
+    const std::string dec_text = dec.decode(want_special, true);
+    if (got == want && got_special == want_special && got_text == want_text && dec_ids == want_special &&
+        dec_text == want_text) {
+      continue;
+    }
     if (++bad <= 5) {
       ADD_FAILURE() << vocab << " line " << n << " differs: text " << quote(text).substr(0, 400) << "\n"
                     << "  ids        want " << show(want).substr(0, 400) << "\n"
@@ -80,7 +89,8 @@ TEST_P(HfOracle, IdsAndDecodedTextMatchTransformersJs) {
                     << "  with specials want " << show(want_special).substr(0, 200) << "\n"
                     << "                got  " << show(got_special).substr(0, 200) << "\n"
                     << "  decoded    want " << quote(want_text).substr(0, 300) << "\n"
-                    << "             got  " << quote(got_text).substr(0, 300);
+                    << "             got  " << quote(got_text).substr(0, 300) << "\n"
+                    << "  DecoderTokenizer encode " << show(dec_ids).substr(0, 200) << " decode " << quote(dec_text).substr(0, 200);
     }
   }
   EXPECT_EQ(bad, 0u) << vocab << ": " << bad << " of " << n << " lines differ";
