@@ -70,6 +70,46 @@ std::string to_utf8(std::u32string_view s) {
 }
 
 // ---- patterns ----
+namespace {
+
+// The patterns are Oniguruma's (the Rust crate compiles them with onig). PCRE2 reads that syntax, but
+// two classes differ under UCP: Oniguruma's \s is Unicode White_Space, which has U+0085 (PCRE2's
+// lacks it), and its \w is Letter | Mark | Number | Connector_Punctuation (PCRE2's has no marks and
+// only "_" of Pc). This spells them out; everything else is passed through as written.
+std::string oniguruma_classes(const std::string& re) {
+  static const std::string space = "\\s\\x{85}", word = "\\p{L}\\p{M}\\p{N}\\p{Pc}";
+  std::string out;
+  bool in_class = false;
+  for (std::size_t i = 0; i < re.size(); ++i) {
+    const char c = re[i];
+    if (c == '\\' && i + 1 < re.size()) {
+      const char n = re[++i];
+      if (n == 's' || n == 'w') {
+        const std::string& inner = n == 's' ? space : word;
+        out += in_class ? inner : "[" + inner + "]";
+      } else if ((n == 'S' || n == 'W') && !in_class) {
+        out += "[^" + (n == 'S' ? space : word) + "]";
+      } else {
+        out += c;  // any other escape (and \S, \W inside a class) as written
+        out += n;
+      }
+      continue;
+    }
+    if (!in_class && c == '[') {
+      in_class = true;
+      out += c;
+      if (i + 1 < re.size() && re[i + 1] == '^') out += re[++i];
+      if (i + 1 < re.size() && re[i + 1] == ']') out += re[++i];  // a leading ] is a member
+      continue;
+    }
+    if (in_class && c == ']') in_class = false;
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
 struct Pattern::Compiled {
   pcre2_code* code = nullptr;
   ~Compiled() { pcre2_code_free(code); }
@@ -81,8 +121,9 @@ Pattern Pattern::regex(const std::string& re, const JsonPath& at) {
   int err = 0;
   PCRE2_SIZE err_at = 0;
   std::u32string pat;
-  for (std::size_t i = 0; i < re.size();) {
-    const Utf8Char c = decode_utf8_at(re, i);
+  const std::string translated = oniguruma_classes(re);
+  for (std::size_t i = 0; i < translated.size();) {
+    const Utf8Char c = decode_utf8_at(translated, i);
     pat.push_back(c.code_point);
     i += static_cast<std::size_t>(c.length);
   }

@@ -178,8 +178,10 @@ const std::vector<Registration<PreTokenizer>>& pre_tokenizer_table() {
          return std::make_unique<Metaspace>(rep[0], scheme, get_bool(j, at, "split", true));
        }},
       {"Whitespace", [](const json&, const JsonPath& at, const BuildContext&) -> Ptr {
-         // The crate's pattern, keeping the matches (invert + Removed drops what lies between them).
-         return std::make_unique<Split>(Pattern::regex(R"(\w+|[^\w\s]+)", at), Behavior::Removed, true);
+         // The crate's \w+|[^\w\s]+, keeping the matches (invert + Removed drops what lies between them).
+         // It is compiled by Rust's regex crate there, whose \w is Alphabetic, marks, Nd, Pc and the joiners.
+         const std::string w = R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D})";
+         return std::make_unique<Split>(Pattern::regex("[" + w + "]+|[^" + w + "\\s]+", at), Behavior::Removed, true);
        }},
       {"WhitespaceSplit", [](const json&, const JsonPath&, const BuildContext&) -> Ptr {
          return std::make_unique<CharSplit>(is_rust_whitespace, Behavior::Removed);

@@ -115,6 +115,17 @@ TEST(HfPreTokenizers, SplitRegexWithLookAheadAndCaseInsensitiveGroup) {
   EXPECT_EQ(pre_tokenize(llama3, "HE'S 12345  x\n\n"), (V{"HE", "'S", " ", "123", "45", " ", " x", "\n\n"}));
 }
 
+TEST(HfPreTokenizers, OnigurumaClassesWherePcre2Differs) {
+  // Oniguruma's \s has U+0085 (NEL) and its \w has marks; PCRE2's UCP classes have neither.
+  using V = std::vector<std::string>;
+  EXPECT_EQ(pre_tokenize(R"({"type": "Split", "pattern": {"Regex": "\\s+"}, "behavior": "Removed"})", "a\u0085b c"), (V{"a", "b", "c"}));
+  EXPECT_EQ(pre_tokenize(R"({"type": "Split", "pattern": {"Regex": "[^\\s]+"}, "behavior": "Removed", "invert": true})", "a\u0085b"),
+            (V{"a", "b"}));
+  EXPECT_EQ(pre_tokenize(R"({"type": "Split", "pattern": {"Regex": "\\w+"}, "behavior": "Removed", "invert": true})", "cafe\u0301 x_y"),
+            (V{"cafe\u0301", "x_y"}));
+  EXPECT_EQ(pre_tokenize(R"({"type": "Whitespace"})", "nai\u0308ve\u0085ok"), (V{"nai\u0308ve", "ok"}));
+}
+
 TEST(HfPreTokenizers, ByteLevelDigitsWhitespacePunctuation) {
   using V = std::vector<std::string>;
   EXPECT_EQ(pre_tokenize(R"({"type": "ByteLevel", "add_prefix_space": true, "use_regex": true})", "Hi  there"),
