@@ -149,7 +149,9 @@ struct HfTokenizer::Impl {
         const AddedToken& a = added[static_cast<std::size_t>(s.added)];
         p.ids.push_back(a.id);
         p.offsets.emplace_back(s.text.align.front().first, s.text.align.back().second);
-        p.tokens.push_back(a.content);
+        // The matched text, with what lstrip / rstrip took (" <mask>"), as the crate reports it: the
+        // ByteLevel / Roberta trim_offsets then leave that whitespace out of the offsets.
+        p.tokens.push_back(hf::to_utf8(s.text.s));
         continue;
       }
       pieces.assign(1, s.text);
