@@ -112,6 +112,7 @@ std::string oniguruma_classes(const std::string& re) {
 
 struct Pattern::Compiled {
   pcre2_code* code = nullptr;
+  std::string where, pattern;  // for the message when a match runs into PCRE2's limits
   ~Compiled() { pcre2_code_free(code); }
 };
 
@@ -140,6 +141,8 @@ Pattern Pattern::regex(const std::string& re, const JsonPath& at) {
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // without a JIT, matching still works (interpreted)
   auto c = std::make_shared<Compiled>();
   c->code = code;
+  c->where = at.str();
+  c->pattern = re;
   Pattern p;
   p.re_ = std::move(c);
   return p;
@@ -174,8 +177,16 @@ std::vector<std::pair<std::size_t, std::size_t>> Pattern::find_all(std::u32strin
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   std::size_t pos = 0;
   while (pos <= text.size()) {
-    const int rc = pcre2_match(re_->code, subject, text.size(), pos, 0, md, nullptr);
-    if (rc < 0) break;  // PCRE2_ERROR_NOMATCH, or a resource limit: no further matches
+    // PCRE2 checks the whole subject's UTF validity on every call unless told not to: once is enough
+    // (checking again per match made long texts quadratic).
+    const int rc = pcre2_match(re_->code, subject, text.size(), pos, pos == 0 ? 0 : PCRE2_NO_UTF_CHECK, md, nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) {
+      // A match or depth limit (catastrophic backtracking): refuse rather than split differently.
+      pcre2_match_data_free(md);
+      throw InputError(re_->where, "regular expression " + json(re_->pattern).dump() +
+                                       " exceeded PCRE2's matching limits (error " + std::to_string(rc) + ")");
+    }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     out.emplace_back(ov[0], ov[1]);
     // After an empty match, the next search starts one character on (as Oniguruma's find_iter).

@@ -19,6 +19,10 @@ class Vocab {
         fail(at / it.key(), "expected a non-negative id, got " + it.value().dump());
       }
       const auto id = it.value().get<std::int64_t>();
+      // The id tables are dense: a file may leave at most 2^20 ids unused (as ByteLevelBPE allows).
+      if (id >= static_cast<std::int64_t>(j.size()) + (std::int64_t{1} << 20)) {
+        fail(at / it.key(), "id " + std::to_string(id) + " is far past the vocabulary's " + std::to_string(j.size()) + " entries");
+      }
       to_id_[it.key()] = id;
       if (static_cast<std::size_t>(id) >= to_token_.size()) to_token_.resize(static_cast<std::size_t>(id) + 1);
       to_token_[static_cast<std::size_t>(id)] = it.key();

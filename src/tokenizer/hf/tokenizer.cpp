@@ -241,6 +241,9 @@ HfTokenizer HfTokenizer::from_json_text(const std::string& text, const std::stri
       AddedToken a;
       a.id = hf::get_int(t, at, "id", -1);
       if (a.id < 0) hf::fail(at / "id", "expected a non-negative id");
+      if (a.id >= impl->model->vocab_size() + static_cast<std::int64_t>(list->size()) + (std::int64_t{1} << 20)) {
+        hf::fail(at / "id", "id " + std::to_string(a.id) + " is far past the vocabulary");  // the id tables are dense
+      }
       a.content = hf::get_string(t, at, "content", "");
       a.special = hf::get_bool(t, at, "special", false);
       a.lstrip = hf::get_bool(t, at, "lstrip", false);

@@ -3,6 +3,7 @@
 // does not implement.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "common/errors.hpp"
@@ -255,6 +256,28 @@ TEST(HfTokenizerFile, OffsetsAreCodePointsOfTheInput) {
   EXPECT_EQ(e.offsets, (std::vector<std::pair<int, int>>{{0, 1}, {1, 3}}));
 }
 
+// No quadratic case: PCRE2 re-checked the whole text's UTF validity on every match, which made a
+// 1 MB text of short words take minutes. 200 KB inputs with Llama 3's pattern: linear takes well
+// under a second even in a sanitizer build, quadratic far more than the bound.
+TEST(HfTokenizerFile, LongInputsTakeLinearTime) {
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[hf::to_utf8(std::u32string(1, hf::byte_to_char(static_cast<std::uint8_t>(b))))] = b;
+  const json file = {
+      {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers",
+          {{{"type", "Split"}, {"behavior", "Isolated"}, {"invert", false},
+            {"pattern", {{"Regex", R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}}}},
+           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
+      {"model", {{"type", "BPE"}, {"ignore_merges", true}, {"vocab", vocab}, {"merges", json::array()}}}};
+  const auto tok = HfTokenizer::from_json_text(file.dump(), "t.json");
+  std::string words;
+  while (words.size() < 200000) words += "ab ";
+  for (const std::string& text : {std::string(200000, ' '), std::string(200000, 'a'), words}) {
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(tok.encode(text, false).ids.size(), text.size());  // one byte token per character
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  }
+}
+
 // Each unsupported value is an InputError naming the file, the JSON path and the value.
 void expect_error(const std::string& file, const std::string& where, const std::string& what) {
   try {
@@ -286,6 +309,10 @@ TEST(HfTokenizerFile, UnsupportedValuesNameFilePathAndValue) {
                "not supported");
   expect_error(file_with(R"({"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]})"), "dir/tokenizer.json: model.merges[0]",
                "\"b\" is not in the model's vocab");
+  // Ids far past the vocabulary would make the dense id tables huge.
+  expect_error(file_with(R"({"type": "WordLevel", "vocab": {"a": 99999999}})"), "dir/tokenizer.json: model.vocab.a", "far past");
+  expect_error(file_with(kWords, "null", "null", "null", "null", R"([{"id": 99999999, "content": "x", "special": true}])"),
+               "dir/tokenizer.json: added_tokens[0].id", "far past");
 }
 
 }  // namespace
