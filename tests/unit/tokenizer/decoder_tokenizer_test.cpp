@@ -178,6 +178,44 @@ TEST(DecoderTokenizerStories, EncodesLikeLlamaTokenizerAndDecodesTheReadmeText) 
   EXPECT_EQ(t.decode({1, 403, 407}, false), "<s>Once upon");
 }
 
+// A directory with a tokenizer.json (and a tokenizer.model beside it): the tokenizer.json pipeline
+// wins, as transformers' AutoTokenizer loads the fast tokenizer; BOS as its post-processor says.
+TEST(DecoderTokenizerJson, TokenizerJsonWinsAndItsTemplateDecidesBos) {
+  const fs::path dir = testing::make_temp_dir("evalrun-dectok-json");
+  fs::copy_file(EVALRUN_TOK512_MODEL, dir / "tokenizer.model");
+  auto tokenizer_json = [](bool template_bos) {
+    const std::string post = template_bos ? R"({"type": "TemplateProcessing",
+      "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+      "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+      "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}})" : "null";
+    return R"({"added_tokens": [
+      {"id": 1, "content": "<s>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true},
+      {"id": 2, "content": "</s>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}],
+      "normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": )" + post + R"(,
+      "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": false},
+      "model": {"type": "WordLevel", "unk_token": "<unk>", "vocab": {"<unk>": 0, "<s>": 1, "</s>": 2, "hello": 3, "world": 4}}})";
+  };
+  write(dir / "tokenizer_config.json", R"({"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": false})");
+  write(dir / "tokenizer.json", tokenizer_json(true));
+  auto t = DecoderTokenizer::from_dir(dir.string());
+  EXPECT_EQ(t.kind(), "tokenizer.json");
+  EXPECT_EQ(t.bos_id(), 1);
+  EXPECT_EQ(t.eos_id(), 2);
+  EXPECT_TRUE(t.adds_bos());  // the template adds it, add_bos_token notwithstanding
+  EXPECT_EQ(t.encode("hello world</s>"), (Ids{1, 3, 4, 2}));
+  EXPECT_EQ(t.encode_without_bos("hello  world"), (Ids{3, 4}));
+  EXPECT_EQ(t.decode({1, 3, 4, 2}, true), "hello world");
+  EXPECT_EQ(t.vocab_size(), 5);
+  write(dir / "tokenizer.json", tokenizer_json(false));
+  write(dir / "tokenizer_config.json", R"({"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": true})");
+  t = DecoderTokenizer::from_dir(dir.string());
+  EXPECT_FALSE(t.adds_bos());  // no post-processor: no BOS, as the fast tokenizer
+  EXPECT_EQ(t.encode("hello"), (Ids{3}));
+  write(dir / "tokenizer.json", R"({"model": {"type": "Unigram", "vocab": []}})");
+  EXPECT_THROW(DecoderTokenizer::from_dir(dir.string()), InputError);
+  fs::remove_all(dir);
+}
+
 TEST(DecoderTokenizerOracle, LlamaGptqPromptsAndGeneratedTexts) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const std::string dir = data + "/oracle/llama-gptq";

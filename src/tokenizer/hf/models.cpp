@@ -1,0 +1,299 @@
+// tokenizer.json models: BPE, WordPiece, WordLevel. A model turns one pre-tokenized piece into tokens.
+#include <cstdio>
+#include <queue>
+#include <unordered_map>
+
+#include "tokenizer/hf/pipeline.hpp"
+
+namespace evalrun::hf {
+namespace {
+
+// The "vocab" object {token: id} shared by every model.
+class Vocab {
+ public:
+  void load(const json& j, const JsonPath& at) {
+    if (!j.is_object()) fail(at, "expected an object {token: id}");
+    to_id_.reserve(j.size());
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (!it.value().is_number_integer() || it.value().get<std::int64_t>() < 0) {
+        fail(at / it.key(), "expected a non-negative id, got " + it.value().dump());
+      }
+      const auto id = it.value().get<std::int64_t>();
+      // The id tables are dense: a file may leave at most 2^20 ids unused (as ByteLevelBPE allows).
+      if (id >= static_cast<std::int64_t>(j.size()) + (std::int64_t{1} << 20)) {
+        fail(at / it.key(), "id " + std::to_string(id) + " is far past the vocabulary's " + std::to_string(j.size()) + " entries");
+      }
+      to_id_[it.key()] = id;
+      if (static_cast<std::size_t>(id) >= to_token_.size()) to_token_.resize(static_cast<std::size_t>(id) + 1);
+      to_token_[static_cast<std::size_t>(id)] = it.key();
+      has_.resize(to_token_.size());
+      has_[static_cast<std::size_t>(id)] = true;
+    }
+  }
+  std::int64_t id(const std::string& t) const {
+    auto it = to_id_.find(t);
+    return it == to_id_.end() ? -1 : it->second;
+  }
+  const std::string* token(std::int64_t id) const {
+    if (id < 0 || static_cast<std::size_t>(id) >= to_token_.size() || !has_[static_cast<std::size_t>(id)]) return nullptr;
+    return &to_token_[static_cast<std::size_t>(id)];
+  }
+  std::int64_t size() const { return static_cast<std::int64_t>(to_id_.size()); }
+
+ private:
+  std::unordered_map<std::string, std::int64_t> to_id_;
+  std::vector<std::string> to_token_;
+  std::vector<bool> has_;
+};
+
+// An optional token that must be in the vocabulary (unk_token): its id, or -1 when not set.
+std::int64_t optional_token_id(const json& j, const JsonPath& at, const char* key, const Vocab& v, const std::string& fallback) {
+  const std::string t = get_string(j, at, key, fallback);
+  if (t.empty()) return -1;
+  const std::int64_t id = v.id(t);
+  if (id < 0) fail(at / key, json(t).dump() + " is not in the model's vocab");
+  return id;
+}
+
+class Bpe : public Model {
+ public:
+  Bpe(const json& j, const JsonPath& at) {
+    vocab_.load(get_required(j, at, "vocab"), at / "vocab");
+    if (j.contains("dropout") && !j["dropout"].is_null() && !(j["dropout"].is_number() && j["dropout"].get<double>() == 0.0)) {
+      fail(at / "dropout", j["dropout"].dump() + " is not supported (BPE dropout is for training; supported: null)");
+    }
+    prefix_ = get_string(j, at, "continuing_subword_prefix", "");
+    suffix_ = get_string(j, at, "end_of_word_suffix", "");
+    fuse_unk_ = get_bool(j, at, "fuse_unk", false);
+    byte_fallback_ = get_bool(j, at, "byte_fallback", false);
+    ignore_merges_ = get_bool(j, at, "ignore_merges", false);
+    unk_ = optional_token_id(j, at, "unk_token", vocab_, "");
+    if (byte_fallback_) {
+      for (int b = 0; b < 256; ++b) {
+        char name[8];
+        std::snprintf(name, sizeof name, "<0x%02X>", b);
+        byte_ids_[b] = vocab_.id(name);
+      }
+    }
+    const json& merges = get_required(j, at, "merges");
+    if (!merges.is_array()) fail(at / "merges", "expected a list");
+    merges_.reserve(merges.size());
+    for (std::size_t r = 0; r < merges.size(); ++r) {
+      const json& m = merges[r];
+      const JsonPath here = (at / "merges")[r];
+      std::string a, b;
+      // Two spellings: "a b" (older files) and ["a", "b"] (tokenizers >= 0.20, which allows spaces).
+      if (m.is_string()) {
+        const std::string s = m.get<std::string>();
+        const auto sp = s.find(' ');
+        if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) fail(here, "expected \"a b\", got " + m.dump());
+        a = s.substr(0, sp);
+        b = s.substr(sp + 1);
+      } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+        a = m[0].get<std::string>();
+        b = m[1].get<std::string>();
+      } else {
+        fail(here, "expected \"a b\" or [\"a\", \"b\"], got " + m.dump());
+      }
+      const std::int64_t ia = vocab_.id(a), ib = vocab_.id(b);
+      if (ia < 0 || ib < 0) fail(here, json(ia < 0 ? a : b).dump() + " is not in the model's vocab");
+      std::string joined = a + (b.compare(0, prefix_.size(), prefix_) == 0 ? b.substr(prefix_.size()) : b);
+      const std::int64_t ij = vocab_.id(joined);
+      if (ij < 0) fail(here, "the merged token " + json(joined).dump() + " is not in the model's vocab");
+      merges_.try_emplace(key(ia, ib), static_cast<std::int64_t>(r), ij);
+    }
+  }
+
+  void tokenize(const std::u32string& piece, std::vector<ModelToken>& out) const override {
+    const std::size_t n = piece.size();
+    if (n == 0) return;
+    if (ignore_merges_) {
+      // Llama 3: a piece that is itself a token is taken whole, whatever the merges would make of it.
+      const std::int64_t id = vocab_.id(to_utf8(piece) + suffix_);
+      if (id >= 0) {
+        out.push_back({id, 0, n});
+        return;
+      }
+    }
+    std::vector<Sym> syms;
+    syms.reserve(n);
+    std::string s;
+    for (std::size_t i = 0; i < n; ++i) {
+      s.clear();
+      if (i > 0) s = prefix_;
+      s += to_utf8(std::u32string_view(&piece[i], 1));
+      if (i + 1 == n) s += suffix_;
+      const std::int64_t id = vocab_.id(s);
+      if (id >= 0) {
+        syms.push_back({id, i, i + 1});
+        continue;
+      }
+      if (byte_fallback_) {
+        bool all = true;
+        for (unsigned char c : s) all = all && byte_ids_[c] >= 0;
+        if (all) {
+          for (unsigned char c : s) syms.push_back({byte_ids_[c], i, i + 1, true});
+          continue;
+        }
+      }
+      if (unk_ >= 0) {
+        if (fuse_unk_ && !syms.empty() && syms.back().id == unk_) syms.back().end = i + 1;
+        else syms.push_back({unk_, i, i + 1});
+      }
+      // No unk token: the character is dropped, as the crate does.
+    }
+    merge(syms);
+    for (const Sym& x : syms) {
+      if (x.alive) out.push_back({x.id, x.start, x.end});
+    }
+  }
+
+  std::int64_t token_to_id(const std::string& t) const override { return vocab_.id(t); }
+  const std::string* id_to_token(std::int64_t id) const override { return vocab_.token(id); }
+  std::int64_t vocab_size() const override { return vocab_.size(); }
+
+ private:
+  struct Sym {
+    std::int64_t id;
+    std::size_t start, end;
+    bool byte = false;  // from byte fallback: never merged
+    bool alive = true;
+    int prev = -1, next = -1;
+  };
+  static std::uint64_t key(std::int64_t a, std::int64_t b) {
+    return (static_cast<std::uint64_t>(a) << 32) | static_cast<std::uint64_t>(b);
+  }
+
+  // Repeatedly applies the lowest-ranked merge (leftmost first among equals), as the crate's
+  // priority-queue BPE: O(n log n) in the piece length.
+  void merge(std::vector<Sym>& syms) const {
+    const int n = static_cast<int>(syms.size());
+    for (int i = 0; i < n; ++i) {
+      syms[static_cast<std::size_t>(i)].prev = i - 1;
+      syms[static_cast<std::size_t>(i)].next = i + 1 < n ? i + 1 : -1;
+    }
+    struct Cand {
+      std::int64_t rank;
+      int pos;
+      std::int64_t id;
+      bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+    };
+    std::priority_queue<Cand, std::vector<Cand>, std::greater<>> q;
+    auto consider = [&](int pos) {
+      if (pos < 0) return;
+      const Sym& a = syms[static_cast<std::size_t>(pos)];
+      if (a.next < 0) return;
+      const Sym& b = syms[static_cast<std::size_t>(a.next)];
+      auto it = merges_.find(key(a.id, b.id));
+      if (it != merges_.end()) q.push({it->second.first, pos, it->second.second});
+    };
+    for (int i = 0; i + 1 < n; ++i) consider(i);
+    while (!q.empty()) {
+      const Cand c = q.top();
+      q.pop();
+      Sym& a = syms[static_cast<std::size_t>(c.pos)];
+      if (!a.alive || a.next < 0) continue;
+      Sym& b = syms[static_cast<std::size_t>(a.next)];
+      auto it = merges_.find(key(a.id, b.id));
+      if (it == merges_.end() || it->second.first != c.rank) continue;  // stale entry
+      a.id = c.id;
+      a.end = b.end;
+      b.alive = false;
+      a.next = b.next;
+      if (a.next >= 0) syms[static_cast<std::size_t>(a.next)].prev = c.pos;
+      consider(a.prev);
+      consider(c.pos);
+    }
+  }
+
+  Vocab vocab_;
+  std::unordered_map<std::uint64_t, std::pair<std::int64_t, std::int64_t>> merges_;  // (a, b) -> (rank, merged id)
+  std::string prefix_, suffix_;
+  bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
+  std::int64_t unk_ = -1;
+  std::int64_t byte_ids_[256] = {};
+};
+
+// BERT's WordPiece: greedy longest match first, continuation pieces prefixed ("##"); a word with a
+// part the vocabulary lacks, or longer than max_input_chars_per_word, is one unk token.
+class WordPiece : public Model {
+ public:
+  WordPiece(const json& j, const JsonPath& at) {
+    vocab_.load(get_required(j, at, "vocab"), at / "vocab");
+    prefix_ = get_string(j, at, "continuing_subword_prefix", "##");
+    max_chars_ = static_cast<std::size_t>(get_int(j, at, "max_input_chars_per_word", 100));
+    unk_ = optional_token_id(j, at, "unk_token", vocab_, "[UNK]");
+  }
+  void tokenize(const std::u32string& piece, std::vector<ModelToken>& out) const override {
+    const std::size_t n = piece.size();
+    if (n == 0) return;
+    std::vector<ModelToken> got;
+    bool bad = n > max_chars_;
+    for (std::size_t start = 0; !bad && start < n;) {
+      std::int64_t found = -1;
+      std::size_t end = n;
+      for (; end > start; --end) {
+        const std::string s = (start > 0 ? prefix_ : std::string()) + to_utf8(piece.substr(start, end - start));
+        found = vocab_.id(s);
+        if (found >= 0) break;
+      }
+      if (found < 0) bad = true;
+      else got.push_back({found, start, end});
+      start = end;
+    }
+    if (bad) {
+      if (unk_ >= 0) out.push_back({unk_, 0, n});
+      return;
+    }
+    out.insert(out.end(), got.begin(), got.end());
+  }
+  std::int64_t token_to_id(const std::string& t) const override { return vocab_.id(t); }
+  const std::string* id_to_token(std::int64_t id) const override { return vocab_.token(id); }
+  std::int64_t vocab_size() const override { return vocab_.size(); }
+
+ private:
+  Vocab vocab_;
+  std::string prefix_;
+  std::size_t max_chars_ = 100;
+  std::int64_t unk_ = -1;
+};
+
+// A piece is a token or unk.
+class WordLevel : public Model {
+ public:
+  WordLevel(const json& j, const JsonPath& at) {
+    vocab_.load(get_required(j, at, "vocab"), at / "vocab");
+    unk_ = optional_token_id(j, at, "unk_token", vocab_, "");
+  }
+  void tokenize(const std::u32string& piece, std::vector<ModelToken>& out) const override {
+    if (piece.empty()) return;
+    const std::int64_t id = vocab_.id(to_utf8(piece));
+    if (id >= 0) out.push_back({id, 0, piece.size()});
+    else if (unk_ >= 0) out.push_back({unk_, 0, piece.size()});
+  }
+  std::int64_t token_to_id(const std::string& t) const override { return vocab_.id(t); }
+  const std::string* id_to_token(std::int64_t id) const override { return vocab_.token(id); }
+  std::int64_t vocab_size() const override { return vocab_.size(); }
+
+ private:
+  Vocab vocab_;
+  std::int64_t unk_ = -1;
+};
+
+template <class M>
+std::unique_ptr<Model> make(const json& j, const JsonPath& at, const BuildContext&) {
+  return std::make_unique<M>(j, at);
+}
+
+}  // namespace
+
+const std::vector<Registration<Model>>& model_table() {
+  static const std::vector<Registration<Model>> table = {
+      {"BPE", make<Bpe>},
+      {"WordPiece", make<WordPiece>},
+      {"WordLevel", make<WordLevel>},
+  };
+  return table;
+}
+
+}  // namespace evalrun::hf

@@ -1,0 +1,261 @@
+// tokenizer.json normalizers. Each rewrites the aligned string in place; every output character keeps
+// the span of the input characters it came from, so offsets still point into the original text.
+#include <unicode/locid.h>
+#include <unicode/normalizer2.h>
+#include <unicode/uchar.h>
+#include <unicode/unistr.h>
+
+#include "tokenizer/hf/pipeline.hpp"
+
+namespace evalrun::hf {
+namespace {
+
+std::u32string to_u32(const icu::UnicodeString& u) {
+  std::u32string out(static_cast<std::size_t>(u.countChar32()), U'\0');
+  UErrorCode st = U_ZERO_ERROR;
+  u.toUTF32(reinterpret_cast<UChar32*>(out.data()), static_cast<int32_t>(out.size()), st);
+  return out;
+}
+
+// Unicode normalization with ICU, one normalization segment at a time (a character with a boundary
+// before it starts a segment) so that each output character aligns to its own segment's input.
+class IcuNormalizer : public Normalizer {
+ public:
+  enum Form { NFC, NFD, NFKC, NFKD };
+  explicit IcuNormalizer(Form f) {
+    UErrorCode st = U_ZERO_ERROR;
+    switch (f) {
+      case NFC: n_ = icu::Normalizer2::getNFCInstance(st); break;
+      case NFD: n_ = icu::Normalizer2::getNFDInstance(st); break;
+      case NFKC: n_ = icu::Normalizer2::getNFKCInstance(st); break;
+      case NFKD: n_ = icu::Normalizer2::getNFKDInstance(st); break;
+    }
+  }
+  void normalize(NString& s) const override {
+    NString out;
+    std::size_t i = 0;
+    while (i < s.size()) {
+      std::size_t j = i + 1;
+      while (j < s.size() && !n_->hasBoundaryBefore(static_cast<UChar32>(s.s[j]))) ++j;
+      UErrorCode st = U_ZERO_ERROR;
+      const auto seg = icu::UnicodeString::fromUTF32(reinterpret_cast<const UChar32*>(s.s.data() + i),
+                                                     static_cast<int32_t>(j - i));
+      const std::u32string norm = to_u32(n_->normalize(seg, st));
+      const bool same_length = norm.size() == j - i;
+      for (std::size_t k = 0; k < norm.size(); ++k) {
+        out.s.push_back(norm[k]);
+        out.align.push_back(same_length ? s.align[i + k] : std::pair{s.align[i].first, s.align[j - 1].second});
+      }
+      i = j;
+    }
+    s = std::move(out);
+  }
+
+ private:
+  const icu::Normalizer2* n_ = nullptr;
+};
+
+// Maps each character to zero or more characters aligned to it.
+template <class F>
+void map_chars(NString& s, F&& f) {
+  NString out;
+  out.s.reserve(s.size());
+  std::u32string buf;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    buf.clear();
+    f(s.s[i], buf);
+    for (char32_t c : buf) {
+      out.s.push_back(c);
+      out.align.push_back(s.align[i]);
+    }
+  }
+  s = std::move(out);
+}
+
+void lowercase(NString& s) {
+  // Rust's char::to_lowercase: the full (not locale-tailored) mapping of each character on its own.
+  map_chars(s, [](char32_t c, std::u32string& out) {
+    if (c < 128) {
+      out.push_back(c >= 'A' && c <= 'Z' ? c + 32 : c);
+      return;
+    }
+    auto u = icu::UnicodeString::fromUTF32(reinterpret_cast<const UChar32*>(&c), 1);
+    out += to_u32(u.toLower(icu::Locale::getRoot()));
+  });
+}
+
+void strip_marks(NString& s) {
+  map_chars(s, [](char32_t c, std::u32string& out) {
+    if (u_charType(static_cast<UChar32>(c)) != U_NON_SPACING_MARK) out.push_back(c);
+  });
+}
+
+class Lowercase : public Normalizer {
+ public:
+  void normalize(NString& s) const override { lowercase(s); }
+};
+
+class StripAccents : public Normalizer {
+ public:
+  void normalize(NString& s) const override { strip_marks(s); }
+};
+
+class Strip : public Normalizer {
+ public:
+  Strip(bool l, bool r) : left_(l), right_(r) {}
+  void normalize(NString& s) const override {
+    std::size_t b = 0, e = s.size();
+    if (left_) {
+      while (b < e && is_rust_whitespace(s.s[b])) ++b;
+    }
+    if (right_) {
+      while (e > b && is_rust_whitespace(s.s[e - 1])) --e;
+    }
+    s = s.slice(b, e);
+  }
+
+ private:
+  bool left_, right_;
+};
+
+class Replace : public Normalizer {
+ public:
+  Replace(Pattern p, std::u32string content) : pattern_(std::move(p)), content_(std::move(content)) {}
+  void normalize(NString& s) const override {
+    NString out;
+    std::size_t prev = 0;
+    for (const auto& [b, e] : pattern_.find_all(s.s)) {
+      if (b == e) continue;
+      out.append(s.slice(prev, b));
+      for (char32_t c : content_) {
+        out.s.push_back(c);
+        out.align.emplace_back(s.align[b].first, s.align[e - 1].second);
+      }
+      prev = e;
+    }
+    out.append(s.slice(prev, s.size()));
+    s = std::move(out);
+  }
+
+ private:
+  Pattern pattern_;
+  std::u32string content_;
+};
+
+class Prepend : public Normalizer {
+ public:
+  explicit Prepend(std::u32string p) : prepend_(std::move(p)) {}
+  void normalize(NString& s) const override {
+    if (s.size() == 0) return;  // the crate prepends nothing to an empty string
+    NString out;
+    out.s = prepend_;
+    out.align.assign(prepend_.size(), s.align[0]);
+    out.append(s);
+    s = std::move(out);
+  }
+
+ private:
+  std::u32string prepend_;
+};
+
+bool is_cjk(char32_t c) {
+  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
+         (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B820 && c <= 0x2CEAF) ||
+         (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+// BERT's BasicTokenizer clean-up, as the crate's BertNormalizer.
+class BertNormalizer : public Normalizer {
+ public:
+  BertNormalizer(bool clean, bool chinese, bool strip, bool lower)
+      : clean_(clean), chinese_(chinese), strip_(strip), lower_(lower) {}
+  void normalize(NString& s) const override {
+    if (clean_) {
+      map_chars(s, [](char32_t c, std::u32string& out) {
+        const bool control = c != '\t' && c != '\n' && c != '\r' &&
+                             (U_GET_GC_MASK(static_cast<UChar32>(c)) & U_GC_C_MASK) != 0;
+        if (c == 0 || c == 0xFFFD || control) return;
+        out.push_back(is_rust_whitespace(c) ? U' ' : c);
+      });
+    }
+    if (chinese_) {
+      map_chars(s, [](char32_t c, std::u32string& out) {
+        if (is_cjk(c)) {
+          out += U' ';
+          out += c;
+          out += U' ';
+        } else {
+          out.push_back(c);
+        }
+      });
+    }
+    if (strip_) {
+      IcuNormalizer(IcuNormalizer::NFD).normalize(s);
+      strip_marks(s);
+    }
+    if (lower_) lowercase(s);
+  }
+
+ private:
+  bool clean_, chinese_, strip_, lower_;
+};
+
+class Sequence : public Normalizer {
+ public:
+  explicit Sequence(std::vector<std::unique_ptr<Normalizer>> parts) : parts_(std::move(parts)) {}
+  void normalize(NString& s) const override {
+    for (const auto& p : parts_) p->normalize(s);
+  }
+
+ private:
+  std::vector<std::unique_ptr<Normalizer>> parts_;
+};
+
+template <IcuNormalizer::Form F>
+std::unique_ptr<Normalizer> make_icu(const json&, const JsonPath&, const BuildContext&) {
+  return std::make_unique<IcuNormalizer>(F);
+}
+
+}  // namespace
+
+const std::vector<Registration<Normalizer>>& normalizer_table() {
+  static const std::vector<Registration<Normalizer>> table = {
+      {"NFC", make_icu<IcuNormalizer::NFC>},
+      {"NFD", make_icu<IcuNormalizer::NFD>},
+      {"NFKC", make_icu<IcuNormalizer::NFKC>},
+      {"NFKD", make_icu<IcuNormalizer::NFKD>},
+      {"Lowercase", [](const json&, const JsonPath&, const BuildContext&) -> std::unique_ptr<Normalizer> {
+         return std::make_unique<Lowercase>();
+       }},
+      {"StripAccents", [](const json&, const JsonPath&, const BuildContext&) -> std::unique_ptr<Normalizer> {
+         return std::make_unique<StripAccents>();
+       }},
+      {"Strip", [](const json& j, const JsonPath& at, const BuildContext&) -> std::unique_ptr<Normalizer> {
+         return std::make_unique<Strip>(get_bool(j, at, "strip_left", true), get_bool(j, at, "strip_right", true));
+       }},
+      {"Replace", [](const json& j, const JsonPath& at, const BuildContext&) -> std::unique_ptr<Normalizer> {
+         return std::make_unique<Replace>(Pattern::from_json(get_required(j, at, "pattern"), at / "pattern"),
+                                          nstring_from_utf8(get_string(j, at, "content", "")).s);
+       }},
+      {"Prepend", [](const json& j, const JsonPath& at, const BuildContext&) -> std::unique_ptr<Normalizer> {
+         return std::make_unique<Prepend>(nstring_from_utf8(get_string(j, at, "prepend", "")).s);
+       }},
+      {"BertNormalizer", [](const json& j, const JsonPath& at, const BuildContext&) -> std::unique_ptr<Normalizer> {
+         const bool lower = get_bool(j, at, "lowercase", true);
+         // strip_accents: null means "as lowercase", as in BERT's BasicTokenizer.
+         return std::make_unique<BertNormalizer>(get_bool(j, at, "clean_text", true),
+                                                 get_bool(j, at, "handle_chinese_chars", true),
+                                                 get_bool(j, at, "strip_accents", lower), lower);
+       }},
+      {"Sequence", [](const json& j, const JsonPath& at, const BuildContext& ctx) -> std::unique_ptr<Normalizer> {
+         const json& list = get_required(j, at, "normalizers");
+         if (!list.is_array()) fail(at / "normalizers", "expected a list");
+         std::vector<std::unique_ptr<Normalizer>> parts;
+         for (std::size_t i = 0; i < list.size(); ++i) parts.push_back(make_normalizer(list[i], (at / "normalizers")[i], ctx));
+         return std::make_unique<Sequence>(std::move(parts));
+       }},
+  };
+  return table;
+}
+
+}  // namespace evalrun::hf
