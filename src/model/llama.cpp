@@ -28,6 +28,12 @@
 // rank to pick the same next token; splitting the LM head by vocabulary would need a gather of the
 // logits per step in exchange for 1/T of its memory).
 //
+// Families: Mistral adds a sliding window (ops::AttentionShape::window on the fast path, the same
+// bound in the torch path's mask; the cache keeps every key, the window is only a mask, as in
+// transformers 4.39), Qwen2 biases on q, k and v (load_linear with bias, kept by concat_outputs;
+// tensor parallelism splits them with their columns), tied embeddings and a large rope theta, which
+// the Llama reader already covers.
+//
 // Masking: a query attends to key j when key_mask[j] == 1 and j is not after the query. HF adds the
 // dtype's lowest value to masked scores, which makes their probabilities exactly 0 whenever one key is
 // allowed; a query with no allowed key at all (a padding position) gets a zero context here instead of
@@ -76,6 +82,8 @@ struct DecoderLayer {
 
 // The torch path's [out, in] weight of a float layer.
 const Tensor& weight_of(const quant::LinearPtr& layer) { return quant::as_dense(*layer).weight(); }
+// Its bias (undefined when it has none: Qwen2's q|k|v has one).
+const Tensor& bias_of(const quant::LinearPtr& layer) { return quant::as_dense(*layer).bias(); }
 
 // RoPE inverse frequencies as transformers computes them, in float32 tensor arithmetic:
 // 1 / theta^(arange(0, d, 2) / d), then for rope_type llama3 the wavelength-based smoothing of
@@ -203,6 +211,7 @@ struct LlamaModel::Impl : model::Weights {
     a.causal = true;
     a.first_query = cache.length();
     a.scale = attention_scale();
+    a.window = cfg.sliding_window;
     const ops::HeadRows q{qkv, seq * W, d, W};
     const ops::HeadRows k{cache.k[layer].data_ptr<float>(), kv_heads * cap * d, cap * d, d};
     const ops::HeadRows v{cache.v[layer].data_ptr<float>(), kv_heads * cap * d, cap * d, d};
@@ -320,6 +329,8 @@ struct LlamaModel::Impl : model::Weights {
     Tensor key_idx = torch::arange(T, torch::kInt64).view({1, 1, 1, T});
     Tensor query_idx = torch::arange(len0, T, torch::kInt64).view({1, 1, seq, 1});
     Tensor allowed = (km != 0).logical_and(key_idx <= query_idx);
+    // Mistral's sliding window: keys j <= p - W - 1 are masked as well.
+    if (c.sliding_window > 0) allowed = allowed.logical_and(key_idx >= query_idx - c.sliding_window);
     Tensor mask_add = torch::zeros({batch, 1, seq, T}, torch::kFloat32)
                           .masked_fill(allowed.logical_not(), std::numeric_limits<float>::lowest());
     // Rows with nothing allowed get a zero context (see the file comment).
@@ -328,7 +339,7 @@ struct LlamaModel::Impl : model::Weights {
     for (std::size_t l = 0; l < layers.size(); ++l) {
       const DecoderLayer& L = layers[l];
       Tensor a = rms_norm_t(x, L.attn_norm);
-      Tensor qkv = at::linear(a, weight_of(L.qkv));
+      Tensor qkv = at::linear(a, weight_of(L.qkv), bias_of(L.qkv));
       Tensor q = qkv.narrow(1, 0, qw).view({batch, seq, nh, d}).transpose(1, 2);
       Tensor k = qkv.narrow(1, qw, kvw).view({batch, seq, nkv, d}).transpose(1, 2);
       Tensor v = qkv.narrow(1, qw + kvw, kvw).view({batch, seq, nkv, d}).transpose(1, 2);
@@ -508,13 +519,15 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const ModelLoad& how_to) {
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     DecoderLayer L;
-    auto linear = [&](const std::string& name, std::int64_t in, std::int64_t out, const quant::Shard& shard) {
-      return model::load_linear(how, p + name, in, out, false, shard);
+    auto linear = [&](const std::string& name, std::int64_t in, std::int64_t out, const quant::Shard& shard,
+                      bool bias = false) {
+      return model::load_linear(how, p + name, in, out, bias, shard);
     };
     std::vector<quant::LinearPtr> qkv, gate_up;
-    qkv.push_back(linear("self_attn.q_proj", H, qw, column(h0 * d, m.heads * d)));
-    qkv.push_back(linear("self_attn.k_proj", H, kvw, column(kv0 * d, m.kv_heads * d)));
-    qkv.push_back(linear("self_attn.v_proj", H, kvw, column(kv0 * d, m.kv_heads * d)));
+    // Qwen2's q/k/v biases are column-parallel like their weights: each rank reads its outputs' part.
+    qkv.push_back(linear("self_attn.q_proj", H, qw, column(h0 * d, m.heads * d), c.qkv_bias));
+    qkv.push_back(linear("self_attn.k_proj", H, kvw, column(kv0 * d, m.kv_heads * d), c.qkv_bias));
+    qkv.push_back(linear("self_attn.v_proj", H, kvw, column(kv0 * d, m.kv_heads * d), c.qkv_bias));
     L.qkv = quant::concat_outputs(std::move(qkv));
     L.o = linear("self_attn.o_proj", qw, H, row(h0 * d, m.heads * d));
     gate_up.push_back(linear("mlp.gate_proj", H, I, column(i0, m.inter)));
