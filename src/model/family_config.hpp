@@ -19,6 +19,10 @@ void read_mistral_config(const nlohmann::json& j, const std::string& path, Llama
 // given, must be hidden_size / num_attention_heads; rope_scaling must be null.
 void read_qwen2_config(const nlohmann::json& j, const std::string& path, LlamaConfig& c);
 
+// MixtralForCausalLM (mixtral_config.cpp): num_local_experts, num_experts_per_tok, sliding_window
+// (null: none), rope_scaling must be null.
+void read_mixtral_config(const nlohmann::json& j, const std::string& path, LlamaConfig& c);
+
 // A rope_scaling other than null (or type "default") for a family without rope scaling.
 void refuse_rope_scaling(const nlohmann::json& j, const std::string& path, const char* family);
 

@@ -92,7 +92,8 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
       {"llama", "LlamaForCausalLM"},
       {"granite", "GraniteForCausalLM"},
       {"mistral", "MistralForCausalLM"},
-      {"qwen2", "Qwen2ForCausalLM"}};
+      {"qwen2", "Qwen2ForCausalLM"},
+      {"mixtral", "MixtralForCausalLM"}};
   std::string expected_arch, supported_types, supported_archs;
   for (const auto& [type, name] : families) {
     if (type == c.model_type) expected_arch = name;
@@ -104,6 +105,7 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
   }
   const bool granite = c.model_type == "granite";
   const bool mistral = c.model_type == "mistral", qwen2 = c.model_type == "qwen2";
+  const bool mixtral = c.model_type == "mixtral";
   auto arch = j.find("architectures");
   if (arch == j.end() || arch->is_null()) throw InputError(path + ": architectures", "missing");
   if (!arch->is_array()) throw InputError(path + ": architectures", "must be a list of strings");
@@ -130,10 +132,12 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
   c.intermediate_size = json_int(j, path, "intermediate_size", true, 0, 1);
   c.num_hidden_layers = json_int(j, path, "num_hidden_layers", true, 0, 1);
   c.num_attention_heads = json_int(j, path, "num_attention_heads", true, 0, 1);
-  // MistralConfig / Qwen2Config default it to 8 / 32 rather than to num_attention_heads: required there.
-  c.num_key_value_heads = json_int(j, path, "num_key_value_heads", mistral || qwen2, c.num_attention_heads, 1);
+  // Mistral / Mixtral / Qwen2 configs default it to 8 / 8 / 32 rather than to num_attention_heads:
+  // required there.
+  c.num_key_value_heads =
+      json_int(j, path, "num_key_value_heads", mistral || qwen2 || mixtral, c.num_attention_heads, 1);
   c.max_position_embeddings =
-      json_int(j, path, "max_position_embeddings", false, mistral ? 131072 : qwen2 ? 32768 : 2048, 1);
+      json_int(j, path, "max_position_embeddings", false, mistral || mixtral ? 131072 : qwen2 ? 32768 : 2048, 1);
   c.rms_norm_eps = json_number(j, path, "rms_norm_eps", 1e-6);
   if (!(c.rms_norm_eps > 0.0)) throw InputError(path + ": rms_norm_eps", "must be > 0");
   c.rope_theta = json_number(j, path, "rope_theta", 10000.0);
@@ -169,7 +173,8 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
   }
   if (c.head_dim % 2 != 0) throw InputError(path + ": head_dim", "must be even (rotary embedding)");
   if (mistral) model::read_mistral_config(j, path, c);
-  if (!mistral && !qwen2) parse_rope_scaling(j, path, c);
+  if (mixtral) model::read_mixtral_config(j, path, c);
+  if (!mistral && !qwen2 && !mixtral) parse_rope_scaling(j, path, c);
 
   if (granite) {
     c.embedding_multiplier = json_number(j, path, "embedding_multiplier", 1.0);

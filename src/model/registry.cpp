@@ -31,6 +31,7 @@ const std::vector<Architecture>& architectures() {
       {"GraniteForCausalLM", "granite", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
       {"MistralForCausalLM", "mistral", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
       {"Qwen2ForCausalLM", "qwen2", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
+      {"MixtralForCausalLM", "mixtral", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
   };
   return rows;
 }
