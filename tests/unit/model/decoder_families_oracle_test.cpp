@@ -1,9 +1,9 @@
-// MistralForCausalLM and Qwen2ForCausalLM against the outputs transformers computes for the oracle
-// fixtures in $EVALRUN_DATA_DIR/oracle/{mistral,qwen2} (see oracle/README.md): for every reference
+// MistralForCausalLM, Qwen2ForCausalLM and MixtralForCausalLM against the outputs transformers computes
+// for the oracle fixtures in $EVALRUN_DATA_DIR/oracle/{mistral,qwen2,mixtral} (see oracle/README.md): for every reference
 // sample the prompt logits (one forward pass, all positions), 24 greedy tokens through the KV cache
 // and the logits of each step; the same in one left-padded batch and on the torch path; and that the
-// feature each fixture exercises matters (Mistral without its window, Qwen2 without its q/k/v biases
-// differ from the reference by far more than the tolerance).
+// feature each fixture exercises matters (Mistral without its window, Qwen2 without its q/k/v biases,
+// Mixtral with top-1 or all-4 routing differ from the reference by far more than the tolerance).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -182,7 +182,8 @@ TEST(FamiliesOracle, Qwen2MatchesHuggingFace) {
 // and biases as the fast path.
 TEST(FamiliesOracle, TorchPathMatchesHuggingFace) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
-  for (const auto& [fixture, V] : {std::pair<std::string, std::int64_t>{"mistral", 1000}, {"qwen2", 1261}}) {
+  for (const auto& [fixture, V] :
+       {std::pair<std::string, std::int64_t>{"mistral", 1000}, {"qwen2", 1261}, {"mixtral", 512}}) {
     SCOPED_TRACE(fixture);
     const std::string oracle = data + "/oracle/" + fixture;
     ops::set_onednn_sgemm_enabled(false);
@@ -233,6 +234,43 @@ TEST(FamiliesOracle, MistralWithoutItsWindowDiffers) {
     EXPECT_GT(changed, 0);
   }
   fs::remove_all(dir);
+}
+
+TEST(FamiliesOracle, MixtralMatchesHuggingFace) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  const std::string oracle = data + "/oracle/mixtral";
+  EXPECT_EQ(load_causal_lm({oracle})->architecture(), "MixtralForCausalLM");
+  auto model = LlamaModel::load({oracle, DType::fp32, Device::cpu});
+  EXPECT_EQ(model->config().num_experts, 4);
+  EXPECT_EQ(model->config().experts_per_token, 2);
+  EXPECT_EQ(model->config().sliding_window, 0);
+  // q|k|v and o per layer, then w1|w3 and w2 per expert.
+  EXPECT_EQ(model->linear_sites().size(), 2u * (2 + 2 * 4));
+  const auto samples = read_samples(oracle);
+  ASSERT_EQ(samples.size(), 6u);
+  const Worst w = expect_matches_reference(*model, samples, 512);
+  std::printf("mixtral max |diff|: prompt logits %.3g, step logits %.3g\n", w.prompt, w.step);
+  expect_batch_matches(*model, samples, 512, "mixtral");
+}
+
+// README: top-1 routing changes the logits by 8.03, all 4 experts by 4.43 (teacher-forced).
+TEST(FamiliesOracle, MixtralWithOtherRoutingDiffers) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  const std::string oracle = data + "/oracle/mixtral";
+  const auto samples = read_samples(oracle);
+  for (const int k : {1, 4}) {
+    const std::string dir =
+        edited_copy(oracle, "top" + std::to_string(k), [&](nlohmann::json& c) { c["num_experts_per_tok"] = k; });
+    for (const bool sgemm : {true, false}) {
+      ops::set_onednn_sgemm_enabled(sgemm);
+      auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+      ops::set_onednn_sgemm_enabled(true);
+      const float d = max_prompt_diff(*model, samples);
+      std::printf("mixtral with top-%d routing (%s): max |prompt logit diff| %.3g\n", k, sgemm ? "sgemm" : "torch", d);
+      EXPECT_GT(d, 1.0f);
+    }
+    fs::remove_all(dir);
+  }
 }
 
 TEST(FamiliesOracle, Qwen2WithoutItsBiasesDiffers) {

@@ -32,6 +32,7 @@ class Registry : public ::testing::Test {
     make_llama_checkpoint(dir("GraniteForCausalLM"), "tiny-granite", 4, 50);
     make_llama_checkpoint(dir("MistralForCausalLM"), "tiny-mistral", 5, 50);
     make_llama_checkpoint(dir("Qwen2ForCausalLM"), "tiny-qwen2", 6, 50);
+    make_llama_checkpoint(dir("MixtralForCausalLM"), "tiny-mixtral", 7, 50);
   }
   static void TearDownTestSuite() {
     fs::remove_all(*root_);
@@ -91,7 +92,7 @@ TEST_F(Registry, EveryRowLoadsItsArchitectureWithItsRole) {
       EXPECT_NE(load_causal_lm({dir(a.name)}), nullptr);
     }
   }
-  EXPECT_EQ(names.size(), 6u);
+  EXPECT_EQ(names.size(), 7u);
 }
 
 TEST_F(Registry, ACheckpointOfTheOtherRoleIsRefused) {
@@ -155,6 +156,11 @@ TEST_F(Registry, FamilyOptionsThatAreNotImplementedAreRefused) {
       {"MistralForCausalLM", [](json& c) { c["attention_bias"] = true; }, "config.json: attention_bias", "true"},
       {"MistralForCausalLM", [](json& c) { c.erase("num_key_value_heads"); }, "config.json: num_key_value_heads",
        "missing"},
+      {"MixtralForCausalLM", [](json& c) { c["num_experts_per_tok"] = 5; }, "config.json: num_experts_per_tok",
+       "5 is more than num_local_experts 4"},
+      {"MixtralForCausalLM", [](json& c) { c["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}}; },
+       "config.json: rope_scaling", "dynamic"},
+      {"MixtralForCausalLM", [](json& c) { c["hidden_act"] = "gelu"; }, "config.json: hidden_act", "'gelu'"},
   };
   int i = 0;
   for (const auto& k : cases) {
