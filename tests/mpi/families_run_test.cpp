@@ -1,6 +1,6 @@
 // The decoder families through the real binary under mpirun: evalrun run (task generate) on the
-// Mistral oracle checkpoint ($EVALRUN_DATA_DIR/oracle/mistral: sliding window 16, shorter than every
-// prompt + 24 tokens) with its own sentencepiece tokenizer, on 1 rank, 2 ranks data parallel and 2
+// Mistral and Mixtral oracle checkpoints ($EVALRUN_DATA_DIR/oracle/mistral: sliding window 16, shorter
+// than every prompt + 24 tokens; oracle/mixtral: 4 experts, top-2) with their sentencepiece tokenizers, on 1 rank, 2 ranks data parallel and 2
 // ranks with tensor_parallel = 2: identical tokens, step logits within 1e-4 of the 1-rank run; and the
 // 1-rank run against transformers' greedy tokens and step logits (reference.h5) for every prompt the
 // tokenizer encodes to the reference's ids. tiny-qwen2 (q/k/v biases, tied) checks the biased
@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -27,7 +28,7 @@ const std::string kBin = EVALRUN_BIN;
 const std::string kSrc = EVALRUN_SOURCE_DIR;
 
 class FamiliesRun : public ::testing::Test {
- protected:
+ public:
   static void SetUpTestSuite() {
     dir_ = make_temp_dir("evalrun-families");
     auto r = run_process(kBin + " make-model --preset tiny-qwen2 --seed 5 --out " + (dir_ / "qwen2").string());
@@ -38,6 +39,7 @@ class FamiliesRun : public ::testing::Test {
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 
+  static const fs::path& dir() { return dir_; }
   static std::string run(const std::string& config, int ranks, int tp) {
     const std::string out = (dir_ / (config + "-n" + std::to_string(ranks) + "-tp" + std::to_string(tp) + ".h5")).string();
     auto r = run_process(mpirun(ranks) + kBin + " " + (dir_ / config).string() + " --set output.path=" + quote(out) +
@@ -70,28 +72,29 @@ void expect_same_generation(const std::string& ref, const std::string& other, fl
 
 }  // namespace
 
-TEST_F(FamiliesRun, MistralOracleGenerationIsTheSameOnEveryLayoutAndEqualsTransformers) {
-  EVALRUN_REQUIRE_SHARED_DATA(data);
-  const std::string oracle = data + "/oracle/mistral";
+// evalrun run on oracle/<fixture> (generate, 24 tokens) on 1 rank, 2 ranks data parallel and
+// tensor_parallel 2: the same result, and transformers' tokens and step logits.
+static void oracle_layouts(FamiliesRun& t, const std::string& data, const std::string& fixture, std::int64_t V) {
+  const std::string oracle = data + "/oracle/" + fixture;
   H5Reader ref(oracle + "/reference.h5");
   const auto ids = ref.read_strings("/ids");
   {
-    std::ofstream prompts(dir_ / "mistral_prompts.jsonl");
+    std::ofstream prompts(t.dir() / (fixture + "_prompts.jsonl"));
     for (const auto& id : ids) {
       prompts << nlohmann::json{{"id", id}, {"prompt", ref.attr_string("/samples/" + id, "prompt")}}.dump() << "\n";
     }
   }
-  std::ofstream(dir_ / "mistral.toml") << "[run]\nname = \"mistral\"\nthreads = 1\n[model]\npath = \"" << oracle
+  std::ofstream(t.dir() / (fixture + ".toml")) << "[run]\nname = \"" << fixture << "\"\nthreads = 1\n[model]\npath = \"" << oracle
                                        << "\"\n[task]\nkind = \"generate\"\ndataset = \""
-                                       << (dir_ / "mistral_prompts.jsonl").string()
+                                       << (t.dir() / (fixture + "_prompts.jsonl")).string()
                                        << "\"\nmax_new_tokens = 24\nbatch_size = 3\n";
-  const auto one = run("mistral.toml", 1, 1);
-  const auto dp2 = run("mistral.toml", 2, 1);
-  const auto tp2 = run("mistral.toml", 2, 2);
+  const auto one = t.run(fixture + ".toml", 1, 1);
+  const auto dp2 = t.run(fixture + ".toml", 2, 1);
+  const auto tp2 = t.run(fixture + ".toml", 2, 2);
   expect_same_generation(one, dp2, 1e-4F);
   expect_same_generation(one, tp2, 1e-4F);
-  H5Reader t(tp2);
-  EXPECT_EQ(t.attr_int("/", "tensor_parallel"), 2);
+  H5Reader split(tp2);
+  EXPECT_EQ(split.attr_int("/", "tensor_parallel"), 2);
 
   // Against transformers: the prompts the sentencepiece tokenizer encodes to the reference's ids.
   H5Reader a(one);
@@ -101,7 +104,6 @@ TEST_F(FamiliesRun, MistralOracleGenerationIsTheSameOnEveryLayoutAndEqualsTransf
   const auto gen_vals = a.read_i64("/generated/ids/values");
   const auto gen_offs = a.read_u64("/generated/ids/offsets");
   const auto logits = a.read_f32("/logits/step_logits");
-  const std::int64_t V = 1000;
   int compared = 0;
   float worst = 0;
   for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -116,7 +118,9 @@ TEST_F(FamiliesRun, MistralOracleGenerationIsTheSameOnEveryLayoutAndEqualsTransf
     }
     // evalrun stops at EOS, the reference does not: compare up to where evalrun stopped.
     ASSERT_LE(got_gen.size(), want_gen.size()) << ids[i];
-    if (std::find(want_gen.begin(), want_gen.end(), 2) == want_gen.end()) EXPECT_EQ(got_gen.size(), 24u) << ids[i];
+    if (std::find(want_gen.begin(), want_gen.end(), 2) == want_gen.end()) {
+      EXPECT_EQ(got_gen.size(), 24u) << ids[i];
+    }
     EXPECT_TRUE(std::equal(got_gen.begin(), got_gen.end(), want_gen.begin())) << ids[i];
     const auto want_logits = ref.read_f32(g + "step_logits");
     for (std::size_t s = 0; s < got_gen.size(); ++s) {
@@ -129,9 +133,20 @@ TEST_F(FamiliesRun, MistralOracleGenerationIsTheSameOnEveryLayoutAndEqualsTransf
     }
     ++compared;
   }
-  std::printf("mistral end to end: %d of %zu prompts tokenized as the reference; max |step logit diff| %.3g\n", compared,
+  std::printf("%s end to end: %d of %zu prompts tokenized as the reference; max |step logit diff| %.3g\n", fixture.c_str(), compared,
               ids.size(), worst);
   EXPECT_GE(compared, 4);
+}
+
+TEST_F(FamiliesRun, MistralOracleGenerationIsTheSameOnEveryLayoutAndEqualsTransformers) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  oracle_layouts(*this, data, "mistral", 1000);
+}
+
+// Mixtral: each expert split like a dense MLP under tensor_parallel 2.
+TEST_F(FamiliesRun, MixtralOracleGenerationIsTheSameOnEveryLayoutAndEqualsTransformers) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  oracle_layouts(*this, data, "mixtral", 512);
 }
 
 TEST_F(FamiliesRun, Qwen2TensorParallelSplitsTheBiasesWithTheirColumns) {
