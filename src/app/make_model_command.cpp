@@ -18,7 +18,8 @@ namespace evalrun {
 int make_model_command(int argc, char** argv) {
   CLI::App app{"Write a deterministic random checkpoint in Hugging Face format (config.json,\n"
                "model.safetensors, tokenizer files) for demos, tests and benchmarks: RoBERTa (presets tiny,\n"
-               "roberta-base; --head qa|mlm) or Llama-family decoders (presets tiny-llama, tiny-granite, llama-110m).",
+               "roberta-base; --head qa|mlm) or Llama-family decoders (presets tiny-llama, tiny-granite, tiny-mistral,\n"
+               "tiny-qwen2, tiny-mixtral, llama-110m).",
                "evalrun make-model"};
   std::string out, head = "qa", preset = "tiny", tokenizer_from;
   std::uint64_t seed = 0;
@@ -27,9 +28,11 @@ int make_model_command(int argc, char** argv) {
   auto* head_opt = app.add_option("--head", head, "RoBERTa presets: qa (RobertaForQuestionAnswering) or mlm (RobertaForMaskedLM)")
       ->check(CLI::IsMember({"qa", "mlm"}));
   app.add_option("--preset", preset,
-                 "tiny (RoBERTa, hidden 32, 2 layers), roberta-base (125M parameters), tiny-llama, tiny-granite "
+                 "tiny (RoBERTa, hidden 32, 2 layers), roberta-base (125M parameters), tiny-llama, tiny-granite, "
+                 "tiny-mistral (sliding window 8), tiny-qwen2 (q/k/v biases, tied), tiny-mixtral (4 experts, top 2) "
                  "(hidden 64, 2 layers, GQA), llama-110m (hidden 768, 12 layers, vocab 32000)")
-      ->check(CLI::IsMember({"tiny", "roberta-base", "tiny-llama", "tiny-granite", "llama-110m"}));
+      ->check(CLI::IsMember({"tiny", "roberta-base", "tiny-llama", "tiny-granite", "tiny-mistral", "tiny-qwen2",
+                             "tiny-mixtral", "llama-110m"}));
   app.add_option("--seed", seed, "random seed of the weights");
   app.add_option("--tokenizer-from", tokenizer_from,
                  "copy vocab.json/merges.txt (and special-token files) from this directory instead of "
@@ -106,7 +109,7 @@ int make_model_command(int argc, char** argv) {
     }
   }
   const auto tokenizer = ByteLevelBPE::from_dir(out);
-  const bool decoder = preset.find("llama") != std::string::npos || preset.find("granite") != std::string::npos;
+  const bool decoder = preset != "tiny" && preset != "roberta-base";
   if (decoder) {
     if (head_opt->count() > 0) throw InputError("--head", "applies only to the RoBERTa presets (tiny, roberta-base)");
     // llama-110m keeps its real vocabulary (32000) so its cost is the real model's.

@@ -28,6 +28,16 @@
 // rank to pick the same next token; splitting the LM head by vocabulary would need a gather of the
 // logits per step in exchange for 1/T of its memory).
 //
+// Families: Mistral adds a sliding window (ops::AttentionShape::window on the fast path, the same
+// bound in the torch path's mask; the cache keeps every key, the window is only a mask, as in
+// transformers 4.39), Qwen2 biases on q, k and v (load_linear with bias, kept by concat_outputs;
+// tensor parallelism splits them with their columns), tied embeddings and a large rope theta, which
+// the Llama reader already covers. Mixtral replaces the gated MLP by a sparse mixture of experts
+// (moe_fast / moe_torch: routing in ops/moe, each expert a w1 | w3 and a w2 projection); under tensor
+// parallelism every expert splits like the dense MLP (w1 / w3 columns, w2 rows) rather than experts
+// being spread over ranks, so every rank does the same work whatever the routing, and the weighted
+// sum of the experts' partial outputs needs one all-reduce per layer, as the dense MLP does.
+//
 // Masking: a query attends to key j when key_mask[j] == 1 and j is not after the query. HF adds the
 // dtype's lowest value to masked scores, which makes their probabilities exactly 0 whenever one key is
 // allowed; a query with no allowed key at all (a padding position) gets a zero context here instead of
@@ -53,6 +63,7 @@
 #include "ops/activations.hpp"
 #include "ops/attention.hpp"
 #include "ops/gemm.hpp"
+#include "ops/moe.hpp"
 #include "ops/norms.hpp"
 #include "ops/rotary.hpp"
 #include "quant/dense.hpp"
@@ -72,10 +83,19 @@ struct DecoderLayer {
   quant::LinearPtr gate_up;  // 2 I outputs: gate | up
   quant::LinearPtr down;     // I -> H
   Tensor attn_norm, mlp_norm;  // [H]
+  // Mixtral: the router [E, H] (kept float, replicated) and per expert w1 | w3 and w2, in place of
+  // gate_up and down (null then).
+  struct Expert {
+    quant::LinearPtr gate_up, down;
+  };
+  Tensor router;
+  std::vector<Expert> experts;
 };
 
 // The torch path's [out, in] weight of a float layer.
 const Tensor& weight_of(const quant::LinearPtr& layer) { return quant::as_dense(*layer).weight(); }
+// Its bias (undefined when it has none: Qwen2's q|k|v has one).
+const Tensor& bias_of(const quant::LinearPtr& layer) { return quant::as_dense(*layer).bias(); }
 
 // RoPE inverse frequencies as transformers computes them, in float32 tensor arithmetic:
 // 1 / theta^(arange(0, d, 2) / d), then for rope_type llama3 the wavelength-based smoothing of
@@ -120,6 +140,7 @@ struct LlamaModel::Impl : model::Weights {
   std::int64_t heads = 0, kv_heads = 0, inter = 0;
 
   model::Workspace buf_x, buf_a, buf_qkv, buf_ctx, buf_gu, buf_act, buf_rope, buf_final, buf_part;
+  model::Workspace buf_router, buf_moe_in, buf_moe_out, buf_moe_acc;
 
   std::int64_t q_width() const { return heads * cfg.head_dim; }
   std::int64_t kv_width() const { return kv_heads * cfg.head_dim; }
@@ -203,6 +224,7 @@ struct LlamaModel::Impl : model::Weights {
     a.causal = true;
     a.first_query = cache.length();
     a.scale = attention_scale();
+    a.window = cfg.sliding_window;
     const ops::HeadRows q{qkv, seq * W, d, W};
     const ops::HeadRows k{cache.k[layer].data_ptr<float>(), kv_heads * cap * d, cap * d, d};
     const ops::HeadRows v{cache.v[layer].data_ptr<float>(), kv_heads * cap * d, cap * d, d};
@@ -271,12 +293,67 @@ struct LlamaModel::Impl : model::Weights {
       row_parallel(*L.o, ctx, M, qw, x, H, rm);
 
       ops::rms_norm_rows(x, L.mlp_norm.data_ptr<float>(), a, M, H, eps);
-      L.gate_up->forward(a, M, H, gu, 2 * I, 1.0f, 0.0f);
-      ops::silu_gate_rows(gu, act, M, I);
-      row_parallel(*L.down, act, M, I, x, H, rm);
+      if (!L.experts.empty()) {
+        moe_fast(L, a, M, x, gu, act, rm);
+      } else {
+        L.gate_up->forward(a, M, H, gu, 2 * I, 1.0f, 0.0f);
+        ops::silu_gate_rows(gu, act, M, I);
+        row_parallel(*L.down, act, M, I, x, H, rm);
+      }
       if (l + 1 < layers.size()) keep(x);
     }
     return xt;
+  }
+
+  // Mixtral's sparse MoE MLP on the fast path: route every row (ops/moe), run each expert on the
+  // rows routed to it, and add sum_j w_j expert_j(a) to x, the experts in index order as transformers'
+  // index_add_ does. Under tensor parallelism each expert is split like a dense MLP (w1 / w3 columns,
+  // w2 rows); the weighted sum of this rank's partial outputs is summed over the group once per layer.
+  void moe_fast(const DecoderLayer& L, const float* a, std::int64_t M, float* x, float* gu, float* act, float rm) {
+    const std::int64_t H = cfg.hidden_size, I = inter, E = cfg.num_experts, K = cfg.experts_per_token;
+    float* rl = buf_router.get({M, E}, torch::kFloat32).data_ptr<float>();
+    ops::sgemm('N', 'T', M, E, H, 1.0f, a, H, L.router.data_ptr<float>(), H, 0.0f, rl, E);
+    std::vector<std::int64_t> chosen(static_cast<std::size_t>(M * K));
+    std::vector<float> w(static_cast<std::size_t>(M * K));
+    ops::moe_route_top_k(rl, M, E, K, chosen.data(), w.data());
+    const auto per_expert = ops::moe_rows_per_expert(chosen.data(), w.data(), M, E, K);
+    float* acc = buf_moe_acc.get({M, H}, torch::kFloat32).data_ptr<float>();
+    float* xin = buf_moe_in.get({M, H}, torch::kFloat32).data_ptr<float>();
+    float* y = buf_moe_out.get({M, H}, torch::kFloat32).data_ptr<float>();
+    std::fill(acc, acc + M * H, 0.0f);
+    for (std::int64_t e = 0; e < E; ++e) {
+      const ops::ExpertRows& er = per_expert[e];
+      const std::int64_t n = static_cast<std::int64_t>(er.rows.size());
+      if (n == 0) continue;
+      for (std::int64_t r = 0; r < n; ++r) std::memcpy(xin + r * H, a + er.rows[r] * H, sizeof(float) * H);
+      L.experts[e].gate_up->forward(xin, n, H, gu, 2 * I, 1.0f, 0.0f);
+      ops::silu_gate_rows(gu, act, n, I);
+      L.experts[e].down->forward(act, n, I, y, H, 1.0f, 0.0f);
+      ops::moe_accumulate(er, y, H, acc);
+    }
+    if (split()) tp->allreduce_sum(acc, static_cast<std::size_t>(M * H));
+    for (std::int64_t i = 0; i < M * H; ++i) x[i] += rm * acc[i];
+  }
+
+  // The same on torch tensors, written like MixtralSparseMoeBlock.forward (router logits in the
+  // compute dtype, softmax in float32, top-k weights renormalized and cast back, index_add_).
+  Tensor moe_torch(const DecoderLayer& L, const Tensor& a) {
+    const std::int64_t I = inter, K = cfg.experts_per_token;
+    Tensor p = torch::softmax(at::linear(a, L.router).to(torch::kFloat32), 1);
+    auto top = torch::topk(p, K, -1);
+    Tensor tw = std::get<0>(top), ti = std::get<1>(top);
+    tw = (tw / tw.sum(-1, true)).to(a.scalar_type());
+    Tensor out = torch::zeros_like(a);
+    for (std::size_t e = 0; e < L.experts.size(); ++e) {
+      Tensor hit = ti == static_cast<std::int64_t>(e);  // [M, K]
+      Tensor rows = hit.any(-1).nonzero().squeeze(1);
+      if (rows.numel() == 0) continue;
+      Tensor we = (tw * hit.to(tw.scalar_type())).sum(-1).index_select(0, rows).unsqueeze(1);
+      Tensor gu = at::linear(a.index_select(0, rows), weight_of(L.experts[e].gate_up));
+      Tensor h = torch::silu(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
+      out.index_add_(0, rows, at::linear(h, weight_of(L.experts[e].down)) * we);
+    }
+    return out;
   }
 
   // ---- torch path (bfloat16, or float32 without oneDNN) ------------------------------------
@@ -320,6 +397,8 @@ struct LlamaModel::Impl : model::Weights {
     Tensor key_idx = torch::arange(T, torch::kInt64).view({1, 1, 1, T});
     Tensor query_idx = torch::arange(len0, T, torch::kInt64).view({1, 1, seq, 1});
     Tensor allowed = (km != 0).logical_and(key_idx <= query_idx);
+    // Mistral's sliding window: keys j <= p - W - 1 are masked as well.
+    if (c.sliding_window > 0) allowed = allowed.logical_and(key_idx >= query_idx - c.sliding_window);
     Tensor mask_add = torch::zeros({batch, 1, seq, T}, torch::kFloat32)
                           .masked_fill(allowed.logical_not(), std::numeric_limits<float>::lowest());
     // Rows with nothing allowed get a zero context (see the file comment).
@@ -328,7 +407,7 @@ struct LlamaModel::Impl : model::Weights {
     for (std::size_t l = 0; l < layers.size(); ++l) {
       const DecoderLayer& L = layers[l];
       Tensor a = rms_norm_t(x, L.attn_norm);
-      Tensor qkv = at::linear(a, weight_of(L.qkv));
+      Tensor qkv = at::linear(a, weight_of(L.qkv), bias_of(L.qkv));
       Tensor q = qkv.narrow(1, 0, qw).view({batch, seq, nh, d}).transpose(1, 2);
       Tensor k = qkv.narrow(1, qw, kvw).view({batch, seq, nkv, d}).transpose(1, 2);
       Tensor v = qkv.narrow(1, qw + kvw, kvw).view({batch, seq, nkv, d}).transpose(1, 2);
@@ -354,9 +433,14 @@ struct LlamaModel::Impl : model::Weights {
       x = c.residual_multiplier == 1.0 ? x + o : x + o * c.residual_multiplier;
 
       a = rms_norm_t(x, L.mlp_norm);
-      Tensor gu = at::linear(a, weight_of(L.gate_up));
-      Tensor act = torch::silu(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
-      Tensor down = summed(at::linear(act, weight_of(L.down)));
+      Tensor down;
+      if (!L.experts.empty()) {
+        down = summed(moe_torch(L, a));
+      } else {
+        Tensor gu = at::linear(a, weight_of(L.gate_up));
+        Tensor act = torch::silu(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
+        down = summed(at::linear(act, weight_of(L.down)));
+      }
       x = c.residual_multiplier == 1.0 ? x + down : x + down * c.residual_multiplier;
       if (l + 1 < layers.size()) keep(x);
     }
@@ -386,6 +470,12 @@ struct LlamaModel::Impl : model::Weights {
       out.push_back({{p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"},
                      {q_width(), kv_width(), kv_width()}, &L.qkv});
       out.push_back({{p + "self_attn.o_proj"}, {cfg.hidden_size}, &L.o});
+      for (std::size_t e = 0; e < L.experts.size(); ++e) {
+        const std::string x = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+        out.push_back({{x + "w1", x + "w3"}, {inter, inter}, &L.experts[e].gate_up});
+        out.push_back({{x + "w2"}, {cfg.hidden_size}, &L.experts[e].down});
+      }
+      if (!L.experts.empty()) continue;
       out.push_back({{p + "mlp.gate_proj", p + "mlp.up_proj"}, {inter, inter}, &L.gate_up});
       out.push_back({{p + "mlp.down_proj"}, {cfg.hidden_size}, &L.down});
     }
@@ -397,6 +487,7 @@ struct LlamaModel::Impl : model::Weights {
     for (const auto& L : layers) {
       out.push_back(&L.attn_norm);
       out.push_back(&L.mlp_norm);
+      if (L.router.defined()) out.push_back(&L.router);
     }
     return out;
   }
@@ -508,23 +599,39 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const ModelLoad& how_to) {
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     DecoderLayer L;
-    auto linear = [&](const std::string& name, std::int64_t in, std::int64_t out, const quant::Shard& shard) {
-      return model::load_linear(how, p + name, in, out, false, shard);
+    auto linear = [&](const std::string& name, std::int64_t in, std::int64_t out, const quant::Shard& shard,
+                      bool bias = false) {
+      return model::load_linear(how, p + name, in, out, bias, shard);
     };
     std::vector<quant::LinearPtr> qkv, gate_up;
-    qkv.push_back(linear("self_attn.q_proj", H, qw, column(h0 * d, m.heads * d)));
-    qkv.push_back(linear("self_attn.k_proj", H, kvw, column(kv0 * d, m.kv_heads * d)));
-    qkv.push_back(linear("self_attn.v_proj", H, kvw, column(kv0 * d, m.kv_heads * d)));
+    // Qwen2's q/k/v biases are column-parallel like their weights: each rank reads its outputs' part.
+    qkv.push_back(linear("self_attn.q_proj", H, qw, column(h0 * d, m.heads * d), c.qkv_bias));
+    qkv.push_back(linear("self_attn.k_proj", H, kvw, column(kv0 * d, m.kv_heads * d), c.qkv_bias));
+    qkv.push_back(linear("self_attn.v_proj", H, kvw, column(kv0 * d, m.kv_heads * d), c.qkv_bias));
     L.qkv = quant::concat_outputs(std::move(qkv));
     L.o = linear("self_attn.o_proj", qw, H, row(h0 * d, m.heads * d));
-    gate_up.push_back(linear("mlp.gate_proj", H, I, column(i0, m.inter)));
-    gate_up.push_back(linear("mlp.up_proj", H, I, column(i0, m.inter)));
-    L.gate_up = quant::concat_outputs(std::move(gate_up));
-    L.down = linear("mlp.down_proj", I, H, row(i0, m.inter));
-    if (T > 1) {
-      L.o->set_row_group(m.tp);
-      L.down->set_row_group(m.tp);
+    if (c.num_experts > 0) {
+      // Mixtral: the router stays float and whole; each expert splits like the dense MLP.
+      L.router = take(p + "block_sparse_moe.gate.weight", {c.num_experts, H});
+      for (std::int64_t e = 0; e < c.num_experts; ++e) {
+        const std::string x = "block_sparse_moe.experts." + std::to_string(e) + ".";
+        DecoderLayer::Expert ex;
+        std::vector<quant::LinearPtr> w13;
+        w13.push_back(linear(x + "w1", H, I, column(i0, m.inter)));
+        w13.push_back(linear(x + "w3", H, I, column(i0, m.inter)));
+        ex.gate_up = quant::concat_outputs(std::move(w13));
+        ex.down = linear(x + "w2", I, H, row(i0, m.inter));
+        if (T > 1) ex.down->set_row_group(m.tp);
+        L.experts.push_back(std::move(ex));
+      }
+    } else {
+      gate_up.push_back(linear("mlp.gate_proj", H, I, column(i0, m.inter)));
+      gate_up.push_back(linear("mlp.up_proj", H, I, column(i0, m.inter)));
+      L.gate_up = quant::concat_outputs(std::move(gate_up));
+      L.down = linear("mlp.down_proj", I, H, row(i0, m.inter));
+      if (T > 1) L.down->set_row_group(m.tp);
     }
+    if (T > 1) L.o->set_row_group(m.tp);
     L.attn_norm = take(p + "input_layernorm.weight", {H});
     L.mlp_norm = take(p + "post_attention_layernorm.weight", {H});
     m.layers.push_back(std::move(L));

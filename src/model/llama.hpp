@@ -1,4 +1,4 @@
-// Llama-family decoders (LlamaForCausalLM, GraniteForCausalLM) loaded from a Hugging Face checkpoint
+// Llama-family decoders (LlamaForCausalLM, GraniteForCausalLM, MistralForCausalLM, Qwen2ForCausalLM) loaded from a Hugging Face checkpoint
 // directory and run on the CPU with libtorch, with a key/value cache for greedy generation. Numerics
 // follow transformers' eager implementation. Torch stays behind a pimpl: this header is plain C++.
 #pragma once
@@ -16,7 +16,7 @@ namespace evalrun {
 // Unsupported fields with non-default values (e.g. a rope_scaling type other than "llama3",
 // attention_bias / mlp_bias = true when not implemented, hidden_act other than silu) are errors.
 struct LlamaConfig {
-  std::string model_type;  // "llama" or "granite"
+  std::string model_type;  // "llama", "granite", "mistral", "qwen2" or "mixtral"
   std::vector<std::string> architectures;
   std::int64_t vocab_size = 0;
   std::int64_t hidden_size = 0;
@@ -36,6 +36,14 @@ struct LlamaConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;
   bool mlp_bias = false;
+  // Qwen2: q_proj, k_proj and v_proj have biases (o_proj and the MLP do not).
+  bool qkv_bias = false;
+  // Mistral: sliding-window attention, the query at position p sees keys max(0, p - W) .. p in the
+  // prompt pass and in every cached decode step (transformers 4.39 eager); 0 = no window.
+  std::int64_t sliding_window = 0;
+  // Mixtral: every layer's MLP is a sparse mixture of num_local_experts experts, each token routed
+  // to num_experts_per_tok of them (0 experts: the dense gated MLP).
+  std::int64_t num_experts = 0, experts_per_token = 0;
   // Granite: embeddings x embedding_multiplier, attention scores x attention_multiplier (instead of
   // 1/sqrt(head_dim)), residual branches x residual_multiplier, logits / logits_scaling.
   double embedding_multiplier = 1.0;
@@ -47,7 +55,11 @@ struct LlamaConfig {
   static LlamaConfig from_json_file(const std::string& path);
 };
 
-// LlamaForCausalLM and GraniteForCausalLM (registry rows "LlamaForCausalLM", "GraniteForCausalLM").
+// LlamaForCausalLM, GraniteForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and MixtralForCausalLM
+// (one registry row each): the same decoder, the family differences being config options of the
+// shared layers (a sliding window in ops::attention_f32, biased q/k/v through load_linear, a
+// mixture-of-experts MLP routed by ops/moe) read by each family's config reader (llama_config.cpp,
+// mistral_config.cpp, qwen2_config.cpp, mixtral_config.cpp).
 class LlamaModel : public CausalLM {
  public:
   // Reads dir/config.json and safetensors (single or sharded). Every expected tensor must exist with

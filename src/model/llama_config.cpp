@@ -1,9 +1,15 @@
-// config.json parsing and validation for the Llama family (LlamaForCausalLM, GraniteForCausalLM).
+// config.json parsing and validation for the Llama family (LlamaForCausalLM, GraniteForCausalLM), and
+// what MistralForCausalLM and Qwen2ForCausalLM share with it (their own keys: mistral_config.cpp,
+// qwen2_config.cpp).
 // Defaults are those of transformers' LlamaConfig / GraniteConfig; fields that would change the
 // computation in ways this implementation does not cover are errors rather than silently ignored.
 #include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "common/errors.hpp"
+#include "model/family_config.hpp"
 #include "model/llama.hpp"
 #include "model/loader_util.hpp"
 
@@ -58,6 +64,21 @@ void parse_rope_scaling(const json& j, const std::string& path, LlamaConfig& c) 
 
 }  // namespace
 
+namespace model {
+void refuse_rope_scaling(const nlohmann::json& j, const std::string& path, const char* family) {
+  auto it = j.find("rope_scaling");
+  if (it == j.end() || it->is_null()) return;
+  std::string type;
+  if (it->is_object()) {
+    type = json_string(*it, path + ": rope_scaling", "rope_type", "");
+    if (type.empty()) type = json_string(*it, path + ": rope_scaling", "type", "");
+  }
+  if (type == "default") return;
+  throw InputError(path + ": rope_scaling", it->dump() + " is not supported for " + family + " (only null)");
+}
+
+}  // namespace model
+
 LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
   using model::json_bool;
   using model::json_int;
@@ -67,11 +88,24 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
   LlamaConfig c;
 
   c.model_type = json_string(j, path, "model_type", "");
-  if (c.model_type != "llama" && c.model_type != "granite") {
-    throw InputError(path + ": model_type", "'" + c.model_type + "' is not supported (supported: llama, granite)");
+  static const std::vector<std::pair<std::string, std::string>> families = {
+      {"llama", "LlamaForCausalLM"},
+      {"granite", "GraniteForCausalLM"},
+      {"mistral", "MistralForCausalLM"},
+      {"qwen2", "Qwen2ForCausalLM"},
+      {"mixtral", "MixtralForCausalLM"}};
+  std::string expected_arch, supported_types, supported_archs;
+  for (const auto& [type, name] : families) {
+    if (type == c.model_type) expected_arch = name;
+    supported_types += (supported_types.empty() ? "" : ", ") + type;
+    supported_archs += (supported_archs.empty() ? "" : ", ") + name;
+  }
+  if (expected_arch.empty()) {
+    throw InputError(path + ": model_type", "'" + c.model_type + "' is not supported (supported: " + supported_types + ")");
   }
   const bool granite = c.model_type == "granite";
-  const std::string expected_arch = granite ? "GraniteForCausalLM" : "LlamaForCausalLM";
+  const bool mistral = c.model_type == "mistral", qwen2 = c.model_type == "qwen2";
+  const bool mixtral = c.model_type == "mixtral";
   auto arch = j.find("architectures");
   if (arch == j.end() || arch->is_null()) throw InputError(path + ": architectures", "missing");
   if (!arch->is_array()) throw InputError(path + ": architectures", "must be a list of strings");
@@ -82,14 +116,15 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
   if (c.architectures.size() != 1) {
     throw InputError(path + ": architectures", "expected exactly one architecture, got " +
                                                    std::to_string(c.architectures.size()) +
-                                                   " (supported: LlamaForCausalLM, GraniteForCausalLM)");
+                                                   " (supported: " + supported_archs + ")");
   }
   if (c.architectures[0] != expected_arch) {
-    const bool known = c.architectures[0] == "LlamaForCausalLM" || c.architectures[0] == "GraniteForCausalLM";
+    bool known = false;
+    for (const auto& f : families) known = known || f.second == c.architectures[0];
     throw InputError(path + ": architectures",
                      "'" + c.architectures[0] + "' " +
                          (known ? "does not match model_type '" + c.model_type + "' (expected " + expected_arch + ")"
-                                : std::string("is not supported (supported: LlamaForCausalLM, GraniteForCausalLM)")));
+                                : "is not supported (supported: " + supported_archs + ")"));
   }
 
   c.vocab_size = json_int(j, path, "vocab_size", true, 0, 1);
@@ -97,8 +132,12 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
   c.intermediate_size = json_int(j, path, "intermediate_size", true, 0, 1);
   c.num_hidden_layers = json_int(j, path, "num_hidden_layers", true, 0, 1);
   c.num_attention_heads = json_int(j, path, "num_attention_heads", true, 0, 1);
-  c.num_key_value_heads = json_int(j, path, "num_key_value_heads", false, c.num_attention_heads, 1);
-  c.max_position_embeddings = json_int(j, path, "max_position_embeddings", false, 2048, 1);
+  // Mistral / Mixtral / Qwen2 configs default it to 8 / 8 / 32 rather than to num_attention_heads:
+  // required there.
+  c.num_key_value_heads =
+      json_int(j, path, "num_key_value_heads", mistral || qwen2 || mixtral, c.num_attention_heads, 1);
+  c.max_position_embeddings =
+      json_int(j, path, "max_position_embeddings", false, mistral || mixtral ? 131072 : qwen2 ? 32768 : 2048, 1);
   c.rms_norm_eps = json_number(j, path, "rms_norm_eps", 1e-6);
   if (!(c.rms_norm_eps > 0.0)) throw InputError(path + ": rms_norm_eps", "must be > 0");
   c.rope_theta = json_number(j, path, "rope_theta", 10000.0);
@@ -118,7 +157,8 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
   }
   const bool divisible = c.hidden_size % c.num_attention_heads == 0;
   const std::int64_t default_head_dim = c.hidden_size / c.num_attention_heads;
-  c.head_dim = json_int(j, path, "head_dim", false, 0, 2);
+  if (qwen2) model::read_qwen2_config(j, path, c);  // checks head_dim, which Qwen2 does not read
+  c.head_dim = qwen2 ? 0 : json_int(j, path, "head_dim", false, 0, 2);
   if (c.head_dim == 0 || granite) {
     // Granite (and Llama without head_dim) use hidden_size / num_attention_heads and need it exact.
     if (!divisible) {
@@ -132,7 +172,9 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
     c.head_dim = default_head_dim;
   }
   if (c.head_dim % 2 != 0) throw InputError(path + ": head_dim", "must be even (rotary embedding)");
-  parse_rope_scaling(j, path, c);
+  if (mistral) model::read_mistral_config(j, path, c);
+  if (mixtral) model::read_mixtral_config(j, path, c);
+  if (!mistral && !qwen2 && !mixtral) parse_rope_scaling(j, path, c);
 
   if (granite) {
     c.embedding_multiplier = json_number(j, path, "embedding_multiplier", 1.0);

@@ -29,6 +29,9 @@ const std::vector<Architecture>& architectures() {
       {"RobertaForMaskedLM", "roberta", ModelRole::encoder, build<RobertaModel>, RobertaModel::dims_of},
       {"LlamaForCausalLM", "llama", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
       {"GraniteForCausalLM", "granite", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
+      {"MistralForCausalLM", "mistral", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
+      {"Qwen2ForCausalLM", "qwen2", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
+      {"MixtralForCausalLM", "mixtral", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
   };
   return rows;
 }

@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "ops/gemm.hpp"
@@ -35,7 +36,8 @@ void attention_f32(const AttentionShape& a, const HeadRows& q, const HeadRows& k
       sgemm('N', 'T', rows, T, d, a.scale, q.at(b, h), ldq, k.at(b, j), k.row_stride, 0.0f, s, T);
       for (std::int64_t r = 0; r < rows; ++r) {
         const std::int64_t last = !a.causal ? T - 1 : grouped ? a.first_query : a.first_query + r;
-        causal_masked_softmax_row(s + r * T, T, km, last);
+        const std::int64_t first = a.causal && a.window > 0 ? std::max<std::int64_t>(0, last - a.window) : 0;
+        causal_masked_softmax_row(s + r * T, T, km, first, last);
       }
       sgemm('N', 'N', rows, d, T, 1.0f, s, T, v.at(b, j), v.row_stride, 0.0f, out + b * out_batch_stride + h * d, ldo);
     }

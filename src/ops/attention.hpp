@@ -25,6 +25,9 @@ struct AttentionShape {
   // Not causal: every query attends to every key.
   bool causal = false;
   std::int64_t first_query = 0;
+  // Sliding window (causal only; 0 = none): query index p attends to keys max(0, p - window) .. p,
+  // window + 1 keys, as transformers 4.39's eager Mistral mask (keys j <= p - window - 1 masked).
+  std::int64_t window = 0;
   float scale = 1.0f;            // scores = scale * q . k
 };
 

@@ -7,7 +7,12 @@
 namespace evalrun::ops {
 
 void causal_masked_softmax_row(float* s, std::int64_t n, const std::int64_t* key_mask, std::int64_t last) {
-  auto allowed = [&](std::int64_t j) { return j <= last && key_mask[j] != 0; };
+  causal_masked_softmax_row(s, n, key_mask, 0, last);
+}
+
+void causal_masked_softmax_row(float* s, std::int64_t n, const std::int64_t* key_mask, std::int64_t first,
+                               std::int64_t last) {
+  auto allowed = [&](std::int64_t j) { return j >= first && j <= last && key_mask[j] != 0; };
   float mx = -std::numeric_limits<float>::infinity();
   for (std::int64_t j = 0; j < n; ++j) {
     if (allowed(j)) mx = std::max(mx, s[j]);

@@ -10,5 +10,8 @@ namespace evalrun::ops {
 // row with no allowed key becomes all 0 (a padding query: HF would average uniformly; those rows
 // feed only other padding rows).
 void causal_masked_softmax_row(float* s, std::int64_t n, const std::int64_t* key_mask, std::int64_t last);
+// The same over the keys first <= j <= last (a sliding window: keys before `first` are masked too).
+void causal_masked_softmax_row(float* s, std::int64_t n, const std::int64_t* key_mask, std::int64_t first,
+                               std::int64_t last);
 
 }  // namespace evalrun::ops

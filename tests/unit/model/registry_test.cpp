@@ -7,7 +7,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "common/errors.hpp"
 #include "fixtures/make_model.hpp"
@@ -28,6 +30,9 @@ class Registry : public ::testing::Test {
     make_roberta_checkpoint(dir("RobertaForMaskedLM"), "tiny", EncoderHead::masked_lm, 2, 50);
     make_llama_checkpoint(dir("LlamaForCausalLM"), "tiny-llama", 3, 50);
     make_llama_checkpoint(dir("GraniteForCausalLM"), "tiny-granite", 4, 50);
+    make_llama_checkpoint(dir("MistralForCausalLM"), "tiny-mistral", 5, 50);
+    make_llama_checkpoint(dir("Qwen2ForCausalLM"), "tiny-qwen2", 6, 50);
+    make_llama_checkpoint(dir("MixtralForCausalLM"), "tiny-mixtral", 7, 50);
   }
   static void TearDownTestSuite() {
     fs::remove_all(*root_);
@@ -87,7 +92,7 @@ TEST_F(Registry, EveryRowLoadsItsArchitectureWithItsRole) {
       EXPECT_NE(load_causal_lm({dir(a.name)}), nullptr);
     }
   }
-  EXPECT_EQ(names.size(), 4u);
+  EXPECT_EQ(names.size(), 7u);
 }
 
 TEST_F(Registry, ACheckpointOfTheOtherRoleIsRefused) {
@@ -99,13 +104,13 @@ TEST_F(Registry, ACheckpointOfTheOtherRoleIsRefused) {
 }
 
 TEST_F(Registry, UnknownArchitecturesListTheSupportedOnes) {
-  const std::string d = edited("LlamaForCausalLM", "mistral", [](json& c) {
-    c["architectures"] = {"MistralForCausalLM"};
-    c["model_type"] = "mistral";
+  const std::string d = edited("LlamaForCausalLM", "gemma", [](json& c) {
+    c["architectures"] = {"GemmaForCausalLM"};
+    c["model_type"] = "gemma";
   });
   const std::string e = load_error(d, ModelRole::decoder);
   EXPECT_NE(e.find("config.json: architectures"), std::string::npos) << e;
-  EXPECT_NE(e.find("'MistralForCausalLM' is not supported"), std::string::npos) << e;
+  EXPECT_NE(e.find("'GemmaForCausalLM' is not supported"), std::string::npos) << e;
   for (const auto& a : architectures()) EXPECT_NE(e.find(a.name), std::string::npos) << e;
 }
 
@@ -127,6 +132,47 @@ TEST_F(Registry, ArchitecturesMustNameExactlyOne) {
   }
   const std::string d = edited("LlamaForCausalLM", "arch-missing", [](json& c) { c.erase("architectures"); });
   EXPECT_NE(load_error(d, ModelRole::decoder).find("architectures: missing"), std::string::npos);
+}
+
+// Config values a family has but evalrun does not implement are exit-2 errors naming config.json, the
+// key and the value, never a silent difference.
+TEST_F(Registry, FamilyOptionsThatAreNotImplementedAreRefused) {
+  struct Case {
+    const char* row;
+    std::function<void(json&)> edit;
+    const char* key;
+    const char* value;
+  };
+  const std::vector<Case> cases = {
+      {"Qwen2ForCausalLM", [](json& c) { c["use_sliding_window"] = true; c["sliding_window"] = 16; },
+       "config.json: use_sliding_window", "true (sliding_window 16 < max_position_embeddings 512)"},
+      {"Qwen2ForCausalLM", [](json& c) { c["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}}; },
+       "config.json: rope_scaling", "yarn"},
+      {"Qwen2ForCausalLM", [](json& c) { c["head_dim"] = 32; }, "config.json: head_dim", "32"},
+      {"Qwen2ForCausalLM", [](json& c) { c["hidden_act"] = "gelu"; }, "config.json: hidden_act", "'gelu'"},
+      {"MistralForCausalLM", [](json& c) { c["hidden_act"] = "gelu"; }, "config.json: hidden_act", "'gelu'"},
+      {"MistralForCausalLM", [](json& c) { c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}}; },
+       "config.json: rope_scaling", "linear"},
+      {"MistralForCausalLM", [](json& c) { c["attention_bias"] = true; }, "config.json: attention_bias", "true"},
+      {"MistralForCausalLM", [](json& c) { c.erase("num_key_value_heads"); }, "config.json: num_key_value_heads",
+       "missing"},
+      {"MixtralForCausalLM", [](json& c) { c["num_experts_per_tok"] = 5; }, "config.json: num_experts_per_tok",
+       "5 is more than num_local_experts 4"},
+      {"MixtralForCausalLM", [](json& c) { c["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}}; },
+       "config.json: rope_scaling", "dynamic"},
+      {"MixtralForCausalLM", [](json& c) { c["hidden_act"] = "gelu"; }, "config.json: hidden_act", "'gelu'"},
+  };
+  int i = 0;
+  for (const auto& k : cases) {
+    SCOPED_TRACE(std::string(k.row) + " " + k.key);
+    const std::string d = edited(k.row, "refused-" + std::to_string(i++), k.edit);
+    const std::string e = load_error(d, ModelRole::decoder);
+    EXPECT_NE(e.find(k.key), std::string::npos) << e;
+    EXPECT_NE(e.find(k.value), std::string::npos) << e;
+  }
+  // Qwen2 with use_sliding_window true but a window that covers every position loads (no effect).
+  const std::string d = edited("Qwen2ForCausalLM", "window-covers", [](json& c) { c["use_sliding_window"] = true; });
+  EXPECT_EQ(load_error(d, ModelRole::decoder), "(no error)");
 }
 
 }  // namespace

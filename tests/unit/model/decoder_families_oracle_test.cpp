@@ -1,0 +1,297 @@
+// MistralForCausalLM, Qwen2ForCausalLM and MixtralForCausalLM against the outputs transformers computes
+// for the oracle fixtures in $EVALRUN_DATA_DIR/oracle/{mistral,qwen2,mixtral} (see oracle/README.md): for every reference
+// sample the prompt logits (one forward pass, all positions), 24 greedy tokens through the KV cache
+// and the logits of each step; the same in one left-padded batch and on the torch path; and that the
+// feature each fixture exercises matters (Mistral without its window, Qwen2 without its q/k/v biases,
+// Mixtral with top-1 or all-4 routing differ from the reference by far more than the tolerance).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "io/hdf5_file.hpp"
+#include "io/safetensors.hpp"
+#include "llama_test_util.hpp"
+#include "model/llama.hpp"
+#include "model/registry.hpp"
+#include "ops/gemm.hpp"
+#include "test_util.hpp"
+
+namespace evalrun {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::max_abs_diff;
+
+struct Sample {
+  std::string id;
+  std::vector<std::int64_t> input_ids, generated_ids;
+  std::vector<float> prompt_logits, step_logits;
+};
+
+std::vector<Sample> read_samples(const std::string& oracle) {
+  H5Reader ref(oracle + "/reference.h5");
+  std::vector<Sample> out;
+  for (const auto& id : ref.read_strings("/ids")) {
+    const std::string g = "/samples/" + id + "/";
+    Sample s;
+    s.id = id;
+    s.input_ids = ref.read_i64(g + "input_ids");
+    s.generated_ids = ref.read_i64(g + "generated_ids");
+    s.prompt_logits = ref.read_f32(g + "prompt_logits");
+    s.step_logits = ref.read_f32(g + "step_logits");
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// Prompt logits [L, V] of one unpadded forward pass.
+std::vector<float> prompt_logits(LlamaModel& model, const std::vector<std::int64_t>& ids) {
+  const std::int64_t L = static_cast<std::int64_t>(ids.size());
+  auto cache = model.new_cache(1, L);
+  std::vector<std::int64_t> pos(L), mask(L, 1);
+  for (std::int64_t t = 0; t < L; ++t) pos[t] = t;
+  std::vector<float> logits;
+  model.forward(ids.data(), pos.data(), mask.data(), 1, L, *cache, true, logits);
+  return logits;
+}
+
+struct Worst {
+  float prompt = 0, step = 0;
+};
+
+// Every sample alone: prompt logits, greedy tokens and step logits against the reference.
+Worst expect_matches_reference(LlamaModel& model, const std::vector<Sample>& samples, std::int64_t V) {
+  Worst w;
+  for (const auto& s : samples) {
+    const auto logits = prompt_logits(model, s.input_ids);
+    EXPECT_EQ(logits.size(), s.prompt_logits.size()) << s.id;
+    if (logits.size() != s.prompt_logits.size()) continue;
+    const float dp = max_abs_diff(logits, s.prompt_logits);
+    EXPECT_LT(dp, 1e-4f) << s.id;
+    w.prompt = std::max(w.prompt, dp);
+    auto gen = testing::generate(model, {s.input_ids}, 24);
+    EXPECT_EQ(gen.tokens[0], s.generated_ids) << s.id;
+    for (int step = 0; step < 24; ++step) {
+      const float ds = max_abs_diff(gen.step_logits[0][step].data(), s.step_logits.data() + step * V, V);
+      EXPECT_LT(ds, 1e-4f) << s.id << " step " << step;
+      w.step = std::max(w.step, ds);
+    }
+  }
+  return w;
+}
+
+// All samples as one left-padded batch: the same tokens, step logits within 5e-5 of the one-prompt
+// runs (float32 rounding of a different GEMM blocking: up to 1.8e-5 on logits of up to 19) and
+// within 1e-4 of the reference.
+void expect_batch_matches(LlamaModel& model, const std::vector<Sample>& samples, std::int64_t V, const char* name) {
+  std::vector<std::vector<std::int64_t>> prompts;
+  for (const auto& s : samples) prompts.push_back(s.input_ids);
+  auto batched = testing::generate(model, prompts, 24);
+  float vs_single = 0, vs_ref = 0;
+  for (std::size_t b = 0; b < samples.size(); ++b) {
+    EXPECT_EQ(batched.tokens[b], samples[b].generated_ids) << samples[b].id;
+    auto single = testing::generate(model, {prompts[b]}, 24);
+    for (int step = 0; step < 24; ++step) {
+      const float d1 = max_abs_diff(batched.step_logits[b][step], single.step_logits[0][step]);
+      const float d2 = max_abs_diff(batched.step_logits[b][step].data(), samples[b].step_logits.data() + step * V, V);
+      EXPECT_LT(d1, 5e-5f) << samples[b].id << " step " << step;
+      EXPECT_LT(d2, 1e-4f) << samples[b].id << " step " << step;
+      vs_single = std::max(vs_single, d1);
+      vs_ref = std::max(vs_ref, d2);
+    }
+  }
+  std::printf("%s left-padded batch of %zu: max |diff| vs single prompts %.3g, vs reference %.3g\n", name,
+              samples.size(), vs_single, vs_ref);
+}
+
+// A copy of the checkpoint `src` with config.json edited and, when `tensor_edit` is given, the
+// tensors rewritten (name, float32 data in place).
+std::string edited_copy(const std::string& src, const std::string& tag, const std::function<void(nlohmann::json&)>& cfg_edit,
+                        const std::function<void(const std::string&, std::vector<float>&)>& tensor_edit = nullptr) {
+  const fs::path out = testing::make_temp_dir("evalrun-families-" + tag);
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(src + "/config.json"));
+  cfg_edit(cfg);
+  std::ofstream(out / "config.json") << cfg.dump(2);
+  if (!tensor_edit) {
+    fs::copy_file(src + "/model.safetensors", out / "model.safetensors");
+    return out.string();
+  }
+  SafetensorsFile st(src + "/model.safetensors");
+  std::vector<TensorToWrite> tensors;
+  for (const auto& [name, v] : st.tensors()) {
+    EXPECT_EQ(v.dtype, TensorDType::F32) << name;
+    std::vector<float> data(v.nbytes / 4);
+    std::memcpy(data.data(), v.data, v.nbytes);
+    tensor_edit(name, data);
+    TensorToWrite t{name, TensorDType::F32, v.shape, std::vector<std::byte>(v.nbytes)};
+    std::memcpy(t.data.data(), data.data(), v.nbytes);
+    tensors.push_back(std::move(t));
+  }
+  write_safetensors((out / "model.safetensors").string(), tensors);
+  return out.string();
+}
+
+// The largest |prompt logit - reference| over all samples.
+float max_prompt_diff(LlamaModel& model, const std::vector<Sample>& samples) {
+  float worst = 0;
+  for (const auto& s : samples) worst = std::max(worst, max_abs_diff(prompt_logits(model, s.input_ids), s.prompt_logits));
+  return worst;
+}
+
+TEST(FamiliesOracle, MistralMatchesHuggingFace) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  const std::string oracle = data + "/oracle/mistral";
+  EXPECT_EQ(load_causal_lm({oracle})->architecture(), "MistralForCausalLM");
+  auto model = LlamaModel::load({oracle, DType::fp32, Device::cpu});
+  EXPECT_EQ(model->config().sliding_window, 16);
+  EXPECT_FALSE(model->config().qkv_bias);
+  const auto samples = read_samples(oracle);
+  ASSERT_EQ(samples.size(), 6u);
+  const Worst w = expect_matches_reference(*model, samples, 1000);
+  std::printf("mistral max |diff|: prompt logits %.3g, step logits %.3g\n", w.prompt, w.step);
+  expect_batch_matches(*model, samples, 1000, "mistral");
+}
+
+TEST(FamiliesOracle, Qwen2MatchesHuggingFace) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  const std::string oracle = data + "/oracle/qwen2";
+  EXPECT_EQ(load_causal_lm({oracle})->architecture(), "Qwen2ForCausalLM");
+  auto model = LlamaModel::load({oracle, DType::fp32, Device::cpu});
+  const auto& c = model->config();
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.sliding_window, 0);
+  const auto samples = read_samples(oracle);
+  ASSERT_EQ(samples.size(), 6u);
+  const Worst w = expect_matches_reference(*model, samples, 1261);
+  std::printf("qwen2 max |diff|: prompt logits %.3g, step logits %.3g\n", w.prompt, w.step);
+  expect_batch_matches(*model, samples, 1261, "qwen2");
+}
+
+// The torch path (what bfloat16 runs take), here in float32 without oneDNN's sgemm: the same window
+// and biases as the fast path.
+TEST(FamiliesOracle, TorchPathMatchesHuggingFace) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  for (const auto& [fixture, V] :
+       {std::pair<std::string, std::int64_t>{"mistral", 1000}, {"qwen2", 1261}, {"mixtral", 512}}) {
+    SCOPED_TRACE(fixture);
+    const std::string oracle = data + "/oracle/" + fixture;
+    ops::set_onednn_sgemm_enabled(false);
+    auto model = LlamaModel::load({oracle, DType::fp32, Device::cpu});
+    ops::set_onednn_sgemm_enabled(true);
+    const auto samples = read_samples(oracle);
+    const Worst w = expect_matches_reference(*model, samples, V);
+    std::printf("%s torch path max |diff|: prompt logits %.3g, step logits %.3g\n", fixture.c_str(), w.prompt, w.step);
+  }
+}
+
+// bfloat16 (torch path): tokens may differ from float32's on near-ties, so only the size of the
+// difference is checked: within 10% of the largest reference logit (measured: 0.41 of 7.35 for
+// Mistral, 0.86 of 19.4 for Qwen2), far below what the window / the biases change (9.5 / 17.3).
+TEST(FamiliesOracle, Bfloat16StaysCloseToTheReference) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  for (const std::string fixture : {"mistral", "qwen2"}) {
+    SCOPED_TRACE(fixture);
+    const std::string oracle = data + "/oracle/" + fixture;
+    auto model = LlamaModel::load({oracle, DType::bf16, Device::cpu});
+    const auto samples = read_samples(oracle);
+    EXPECT_STREQ(model->compute_dtype(), "bfloat16");
+    const float d = max_prompt_diff(*model, samples);
+    float largest = 0;
+    for (const auto& s : samples) {
+      for (float v : s.prompt_logits) largest = std::max(largest, std::fabs(v));
+    }
+    std::printf("%s bf16 max |prompt logit diff| %.3g (largest |logit| %.3g)\n", fixture.c_str(), d, largest);
+    EXPECT_LT(d, 0.1f * largest);
+  }
+}
+
+TEST(FamiliesOracle, MistralWithoutItsWindowDiffers) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  const std::string oracle = data + "/oracle/mistral";
+  const std::string dir = edited_copy(oracle, "no-window", [](nlohmann::json& c) { c["sliding_window"] = nullptr; });
+  const auto samples = read_samples(oracle);
+  for (const bool sgemm : {true, false}) {
+    ops::set_onednn_sgemm_enabled(sgemm);
+    auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+    ops::set_onednn_sgemm_enabled(true);
+    EXPECT_EQ(model->config().sliding_window, 0);
+    const float d = max_prompt_diff(*model, samples);
+    std::printf("mistral without its window (%s): max |prompt logit diff| %.3g\n", sgemm ? "sgemm" : "torch", d);
+    EXPECT_GT(d, 1.0f);
+    int changed = 0;
+    for (const auto& s : samples) changed += testing::generate(*model, {s.input_ids}, 24).tokens[0] != s.generated_ids;
+    EXPECT_GT(changed, 0);
+  }
+  fs::remove_all(dir);
+}
+
+TEST(FamiliesOracle, MixtralMatchesHuggingFace) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  const std::string oracle = data + "/oracle/mixtral";
+  EXPECT_EQ(load_causal_lm({oracle})->architecture(), "MixtralForCausalLM");
+  auto model = LlamaModel::load({oracle, DType::fp32, Device::cpu});
+  EXPECT_EQ(model->config().num_experts, 4);
+  EXPECT_EQ(model->config().experts_per_token, 2);
+  EXPECT_EQ(model->config().sliding_window, 0);
+  // q|k|v and o per layer, then w1|w3 and w2 per expert.
+  EXPECT_EQ(model->linear_sites().size(), 2u * (2 + 2 * 4));
+  const auto samples = read_samples(oracle);
+  ASSERT_EQ(samples.size(), 6u);
+  const Worst w = expect_matches_reference(*model, samples, 512);
+  std::printf("mixtral max |diff|: prompt logits %.3g, step logits %.3g\n", w.prompt, w.step);
+  expect_batch_matches(*model, samples, 512, "mixtral");
+}
+
+// README: top-1 routing changes the logits by 8.03, all 4 experts by 4.43 (teacher-forced).
+TEST(FamiliesOracle, MixtralWithOtherRoutingDiffers) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  const std::string oracle = data + "/oracle/mixtral";
+  const auto samples = read_samples(oracle);
+  for (const int k : {1, 4}) {
+    const std::string dir =
+        edited_copy(oracle, "top" + std::to_string(k), [&](nlohmann::json& c) { c["num_experts_per_tok"] = k; });
+    for (const bool sgemm : {true, false}) {
+      ops::set_onednn_sgemm_enabled(sgemm);
+      auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+      ops::set_onednn_sgemm_enabled(true);
+      const float d = max_prompt_diff(*model, samples);
+      std::printf("mixtral with top-%d routing (%s): max |prompt logit diff| %.3g\n", k, sgemm ? "sgemm" : "torch", d);
+      EXPECT_GT(d, 1.0f);
+    }
+    fs::remove_all(dir);
+  }
+}
+
+TEST(FamiliesOracle, Qwen2WithoutItsBiasesDiffers) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  const std::string oracle = data + "/oracle/qwen2";
+  int zeroed = 0;
+  const std::string dir = edited_copy(
+      oracle, "no-bias", [](nlohmann::json&) {},
+      [&](const std::string& name, std::vector<float>& v) {
+        if (name.size() > 5 && name.substr(name.size() - 5) == ".bias") {
+          std::fill(v.begin(), v.end(), 0.0f);
+          ++zeroed;
+        }
+      });
+  EXPECT_EQ(zeroed, 6);  // q, k, v of 2 layers
+  auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+  const float d = max_prompt_diff(*model, read_samples(oracle));
+  std::printf("qwen2 with q/k/v biases zeroed: max |prompt logit diff| %.3g\n", d);
+  EXPECT_GT(d, 1.0f);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace evalrun
