@@ -102,6 +102,41 @@ bool bool_key(const json& cfg, const std::string& key, const std::string& file, 
   return cfg[key].get<bool>();
 }
 
+// The tokenizer_config.json "tokenizer_class" values each slow format is read as (the "Fast" variant
+// too: without a tokenizer.json, transformers converts the same slow files). Another class reads the
+// same files its own way (Qwen2Tokenizer: vocab.json + merges.txt with its own regex and NFC;
+// GemmaTokenizer: a tokenizer.model with other rules), so it is refused rather than tokenized
+// differently. A tokenizer.json describes itself and needs no class.
+struct SlowFormat {
+  const char* kind;
+  std::vector<std::string> classes;
+};
+const SlowFormat kSlowFormats[] = {
+    {"sentencepiece", {"LlamaTokenizer"}},
+    {"byte-level-bpe", {"GPT2Tokenizer", "RobertaTokenizer"}},
+};
+
+void check_tokenizer_class(const json& tc, const std::string& kind, const std::string& file) {
+  if (!tc.contains("tokenizer_class") || tc["tokenizer_class"].is_null()) return;
+  if (!tc["tokenizer_class"].is_string()) throw InputError(file + ": tokenizer_class", "expected a string");
+  const std::string name = tc["tokenizer_class"].get<std::string>();
+  const std::string fast = "Fast";
+  const std::string base =
+      name.size() > fast.size() && name.compare(name.size() - fast.size(), fast.size(), fast) == 0
+          ? name.substr(0, name.size() - fast.size())
+          : name;
+  for (const auto& f : kSlowFormats) {
+    if (kind != f.kind) continue;
+    std::string list;
+    for (const auto& c : f.classes) {
+      if (c == base) return;
+      list += (list.empty() ? "" : ", ") + c;
+    }
+    throw InputError(file + ": tokenizer_class", "'" + clip_text(name) + "' is not supported for a " + kind +
+                                                     " tokenizer without tokenizer.json (supported: " + list + ")");
+  }
+}
+
 }  // namespace
 
 DecoderTokenizer DecoderTokenizer::from_dir(const std::string& dir) {
@@ -136,6 +171,7 @@ DecoderTokenizer DecoderTokenizer::from_dir(const std::string& dir) {
   const fs::path tc_path = d / "tokenizer_config.json";
   const fs::path stm_path = d / "special_tokens_map.json";
   const auto tc = read_json_if_exists(tc_path, read);
+  if (tc && t.kind_ != "tokenizer.json") check_tokenizer_class(*tc, t.kind_, tc_path.string());
   const auto stm = read_json_if_exists(stm_path, read);
   std::vector<fs::path> unused;  // generation/model configs are not tokenizer files: not in its sha256
   const auto gen = read_json_if_exists(d / "generation_config.json", unused);

@@ -57,6 +57,25 @@ TEST_F(BpeDir, GenerationConfigEosListGivesAllStopIdsAndPadTokenWins) {
   EXPECT_FALSE(t.sha256().empty());
 }
 
+TEST_F(BpeDir, ATokenizerClassThatReadsTheseFilesItsOwnWayIsRefused) {
+  for (const char* name : {"GPT2Tokenizer", "GPT2TokenizerFast", "RobertaTokenizer"}) {
+    write(dir_ / "tokenizer_config.json", std::string(R"({"tokenizer_class": ")") + name + "\"}");
+    EXPECT_EQ(DecoderTokenizer::from_dir(dir_.string()).kind(), "byte-level-bpe") << name;
+  }
+  // Qwen2Tokenizer: the same vocab.json + merges.txt, another pre-tokenizer regex and NFC.
+  write(dir_ / "tokenizer_config.json", R"({"tokenizer_class": "Qwen2Tokenizer"})");
+  try {
+    DecoderTokenizer::from_dir(dir_.string());
+    FAIL() << "Qwen2Tokenizer accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where(), (dir_ / "tokenizer_config.json").string() + ": tokenizer_class");
+    EXPECT_NE(std::string(e.what()).find("'Qwen2Tokenizer' is not supported for a byte-level-bpe tokenizer without "
+                                         "tokenizer.json (supported: GPT2Tokenizer, RobertaTokenizer)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_F(BpeDir, PadFallsBackToFirstEosNotZero) {
   write(dir_ / "tokenizer_config.json", R"({"bos_token": "<s>", "eos_token": "</s>", "pad_token": null})");
   write(dir_ / "generation_config.json", R"({"eos_token_id": [5, 2]})");
@@ -145,6 +164,16 @@ TEST(DecoderTokenizerSentencepiece, StopIdPastTheModelDecodesToNothing) {
   with_stop.push_back(100000);
   EXPECT_EQ(t.decode(with_stop, false), t.decode(ids, false));
   EXPECT_EQ(t.decode(with_stop, true), "Once upon a time");
+  fs::remove_all(dir);
+}
+
+TEST(DecoderTokenizerSentencepiece, OnlyLlamaTokenizerReadsATokenizerModel) {
+  const auto dir = testing::make_temp_dir("evalrun-dectok-spm-class");
+  fs::copy_file(EVALRUN_TOK512_MODEL, dir / "tokenizer.model");
+  write(dir / "tokenizer_config.json", R"({"tokenizer_class": "LlamaTokenizerFast"})");
+  EXPECT_EQ(DecoderTokenizer::from_dir(dir.string()).kind(), "sentencepiece");
+  write(dir / "tokenizer_config.json", R"({"tokenizer_class": "GemmaTokenizer"})");
+  EXPECT_THROW(DecoderTokenizer::from_dir(dir.string()), InputError);
   fs::remove_all(dir);
 }
 
