@@ -3,9 +3,7 @@
 #include <malloc.h>
 
 #include <cstring>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 
 #include "common/errors.hpp"
 #include "ops/gemm.hpp"
@@ -135,15 +133,11 @@ torch::Tensor read_tensor(const Checkpoint& ckpt, const std::string& name, const
 }
 
 nlohmann::json read_config_json(const std::string& path) {
-  refuse_directory(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, "cannot open the model's config.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = read_file(path);
   nlohmann::json j;
   try {
-    check_json_nesting(ss.str(), path);
-    j = nlohmann::json::parse(ss.str());
+    check_json_nesting(text, path);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e400
     throw InputError(path, "not valid JSON: " + clip_text(e.what()));
   }

@@ -362,26 +362,19 @@ std::int64_t DecoderTokenizer::vocab_size() const { return impl_->vocab_size(); 
 
 std::string DecoderTokenizer::decode(const std::vector<std::int64_t>& ids, bool skip_special_tokens) const {
   const Impl& m = *impl_;
-  if (m.hf) {
-    std::vector<std::int64_t> kept;
-    kept.reserve(ids.size());
+  // The ids a decode keeps: not skipped as special, inside the tokenizer (a padded model vocabulary
+  // has ids past it).
+  const auto kept = [&](std::int64_t vocab) {
+    std::vector<std::int64_t> out;
+    out.reserve(ids.size());
     for (auto id : ids) {
-      if (skip_special_tokens && m.special.count(id)) continue;
-      if (id < 0 || id >= m.hf->vocab_size()) continue;  // outside the tokenizer (padded model vocab)
-      kept.push_back(id);
+      if ((skip_special_tokens && m.special.count(id)) || id < 0 || id >= vocab) continue;
+      out.push_back(id);
     }
-    return m.hf->decode(kept, skip_special_tokens);
-  }
-  if (m.bpe) {
-    std::vector<std::int64_t> kept;
-    kept.reserve(ids.size());
-    for (auto id : ids) {
-      if (skip_special_tokens && m.special.count(id)) continue;
-      if (id < 0 || id >= m.bpe->vocab_size()) continue;  // outside the tokenizer (padded model vocab)
-      kept.push_back(id);
-    }
-    return m.bpe->decode(kept, skip_special_tokens);
-  }
+    return out;
+  };
+  if (m.hf) return m.hf->decode(kept(m.hf->vocab_size()), skip_special_tokens);
+  if (m.bpe) return m.bpe->decode(kept(m.bpe->vocab_size()), skip_special_tokens);
   // Sentencepiece, as LlamaTokenizer.convert_tokens_to_string: runs of ordinary pieces go through
   // sentencepiece; special and added tokens are written as their text.
   const std::int64_t n_pieces = m.pieces.GetPieceSize();

@@ -347,4 +347,25 @@ std::unique_ptr<Decoder> make_decoder(const json& j, const JsonPath& at, const B
   return make_from(decoder_table(), j, at, ctx);
 }
 
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  if (from.empty()) return s;
+  std::string out;
+  std::size_t pos = 0;
+  for (std::size_t f = s.find(from); f != std::string::npos; f = s.find(from, pos)) {
+    out.append(s, pos, f - pos);
+    out += to;
+    pos = f + from.size();
+  }
+  out.append(s, pos, std::string::npos);
+  return out;
+}
+
+std::string clean_up_tokenization(std::string s) {
+  static const std::pair<const char*, const char*> rules[] = {
+      {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
+      {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+  for (const auto& [a, b] : rules) s = replace_all(std::move(s), a, b);
+  return s;
+}
+
 }  // namespace evalrun::hf

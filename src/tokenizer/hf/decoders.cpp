@@ -6,19 +6,6 @@
 namespace evalrun::hf {
 namespace {
 
-std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-  if (from.empty()) return s;
-  std::string out;
-  std::size_t pos = 0;
-  for (std::size_t f = s.find(from); f != std::string::npos; f = s.find(from, pos)) {
-    out.append(s, pos, f - pos);
-    out += to;
-    pos = f + from.size();
-  }
-  out.append(s, pos, std::string::npos);
-  return out;
-}
-
 // The stand-in characters back to bytes; text that is not made of stand-ins (an added token such as
 // "<|eot_id|>") is kept as it is. Invalid UTF-8 becomes U+FFFD, as Python's errors="replace".
 class ByteLevel : public Decoder {
@@ -59,15 +46,6 @@ class Metaspace : public Decoder {
   bool strip_first_;
 };
 
-// transformers' clean_up_tokenization: no space before punctuation and English contractions.
-std::string cleanup(std::string s) {
-  static const std::pair<const char*, const char*> rules[] = {
-      {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
-      {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
-  for (const auto& [a, b] : rules) s = replace_all(std::move(s), a, b);
-  return s;
-}
-
 class WordPiece : public Decoder {
  public:
   WordPiece(std::string prefix, bool clean) : prefix_(std::move(prefix)), clean_(clean) {}
@@ -78,7 +56,7 @@ class WordPiece : public Decoder {
         if (!prefix_.empty() && t.compare(0, prefix_.size(), prefix_) == 0) t.erase(0, prefix_.size());
         else t = " " + t;  // (not insert(0, " "): GCC 12 -O2 reports a false -Wrestrict there)
       }
-      if (clean_) t = cleanup(std::move(t));
+      if (clean_) t = clean_up_tokenization(std::move(t));
     }
   }
 
@@ -185,7 +163,7 @@ class Ctc : public Decoder {
       if (i > 0 && tokens[i] == tokens[i - 1]) continue;
       if (tokens[i] == pad_) continue;
       std::string t = tokens[i];
-      if (clean_) t = replace_all(cleanup(std::move(t)), delim_, " ");
+      if (clean_) t = replace_all(clean_up_tokenization(std::move(t)), delim_, " ");
       out.push_back(std::move(t));
     }
     tokens = std::move(out);
@@ -240,11 +218,7 @@ const std::vector<Registration<Decoder>>& decoder_table() {
                                       get_bool(j, at, "cleanup", true));
        }},
       {"Sequence", [](const json& j, const JsonPath& at, const BuildContext& ctx) -> Ptr {
-         const json& list = get_required(j, at, "decoders");
-         if (!list.is_array()) fail(at / "decoders", "expected a list");
-         std::vector<Ptr> parts;
-         for (std::size_t i = 0; i < list.size(); ++i) parts.push_back(make_decoder(list[i], (at / "decoders")[i], ctx));
-         return std::make_unique<Sequence>(std::move(parts));
+         return std::make_unique<Sequence>(sequence_parts<Decoder>(j, at, "decoders", ctx, make_decoder));
        }},
   };
   return table;

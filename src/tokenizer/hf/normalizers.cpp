@@ -248,11 +248,7 @@ const std::vector<Registration<Normalizer>>& normalizer_table() {
                                                  get_bool(j, at, "strip_accents", lower), lower);
        }},
       {"Sequence", [](const json& j, const JsonPath& at, const BuildContext& ctx) -> std::unique_ptr<Normalizer> {
-         const json& list = get_required(j, at, "normalizers");
-         if (!list.is_array()) fail(at / "normalizers", "expected a list");
-         std::vector<std::unique_ptr<Normalizer>> parts;
-         for (std::size_t i = 0; i < list.size(); ++i) parts.push_back(make_normalizer(list[i], (at / "normalizers")[i], ctx));
-         return std::make_unique<Sequence>(std::move(parts));
+         return std::make_unique<Sequence>(sequence_parts<Normalizer>(j, at, "normalizers", ctx, make_normalizer));
        }},
   };
   return table;

@@ -153,6 +153,22 @@ const std::vector<Registration<Model>>& model_table();
 const std::vector<Registration<PostProcessor>>& post_processor_table();
 const std::vector<Registration<Decoder>>& decoder_table();
 
+// The stages listed under `key` of a Sequence entry at `at`, each built by its kind's `make`.
+template <class T>
+std::vector<std::unique_ptr<T>> sequence_parts(const json& j, const JsonPath& at, const char* key, const BuildContext& ctx,
+                                               std::unique_ptr<T> (*make)(const json&, const JsonPath&, const BuildContext&)) {
+  const json& list = get_required(j, at, key);
+  if (!list.is_array()) fail(at / key, "expected a list");
+  std::vector<std::unique_ptr<T>> parts;
+  for (std::size_t i = 0; i < list.size(); ++i) parts.push_back(make(list[i], (at / key)[i], ctx));
+  return parts;
+}
+
+// Every occurrence of `from` in `s` replaced by `to` (left to right, not overlapping).
+std::string replace_all(std::string s, const std::string& from, const std::string& to);
+// transformers' clean_up_tokenization: no space before punctuation and English contractions.
+std::string clean_up_tokenization(std::string s);
+
 // GPT-2's byte <-> printable character map (ByteLevel pre-tokenizer, decoder).
 char32_t byte_to_char(std::uint8_t b);
 int char_to_byte(char32_t c);  // -1 when c is not one of the 256 stand-ins

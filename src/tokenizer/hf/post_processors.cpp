@@ -219,11 +219,7 @@ const std::vector<Registration<PostProcessor>>& post_processor_table() {
          return std::make_unique<ByteLevel>(get_bool(j, at, "trim_offsets", true), get_bool(j, at, "add_prefix_space", true));
        }},
       {"Sequence", [](const json& j, const JsonPath& at, const BuildContext& ctx) -> Ptr {
-         const json& list = get_required(j, at, "processors");
-         if (!list.is_array()) fail(at / "processors", "expected a list");
-         std::vector<Ptr> parts;
-         for (std::size_t i = 0; i < list.size(); ++i) parts.push_back(make_post_processor(list[i], (at / "processors")[i], ctx));
-         return std::make_unique<Sequence>(std::move(parts));
+         return std::make_unique<Sequence>(sequence_parts<PostProcessor>(j, at, "processors", ctx, make_post_processor));
        }},
   };
   return table;

@@ -195,11 +195,7 @@ const std::vector<Registration<PreTokenizer>>& pre_tokenizer_table() {
                                        std::make_unique<CharSplit>(is_punctuation, Behavior::Isolated));
        }},
       {"Sequence", [](const json& j, const JsonPath& at, const BuildContext& ctx) -> Ptr {
-         const json& list = get_required(j, at, "pretokenizers");
-         if (!list.is_array()) fail(at / "pretokenizers", "expected a list");
-         std::vector<Ptr> parts;
-         for (std::size_t i = 0; i < list.size(); ++i) parts.push_back(make_pre_tokenizer(list[i], (at / "pretokenizers")[i], ctx));
-         return std::make_unique<Sequence>(std::move(parts));
+         return std::make_unique<Sequence>(sequence_parts<PreTokenizer>(j, at, "pretokenizers", ctx, make_pre_tokenizer));
        }},
   };
   return table;

@@ -325,22 +325,7 @@ std::string HfTokenizer::decode(const std::vector<std::int64_t>& ids, bool skip_
   } else {
     for (std::size_t i = 0; i < tokens.size(); ++i) out += (i ? " " : "") + tokens[i];
   }
-  if (m.clean_up_spaces) {
-    static const std::pair<std::string, std::string> rules[] = {
-        {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
-        {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
-    for (const auto& [a, b] : rules) {
-      std::string r;
-      std::size_t pos = 0;
-      for (std::size_t f = out.find(a); f != std::string::npos; f = out.find(a, pos)) {
-        r.append(out, pos, f - pos);
-        r += b;
-        pos = f + a.size();
-      }
-      r.append(out, pos, std::string::npos);
-      out = std::move(r);
-    }
-  }
+  if (m.clean_up_spaces) out = hf::clean_up_tokenization(std::move(out));
   return out;
 }
 
