@@ -14,6 +14,7 @@
 #include "common/text.hpp"
 #include "tokenizer/hf_tokenizer.hpp"
 #include "tokenizer/sentencepiece_tokenizer.hpp"
+#include "tokenizer/slow_converters.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "common/parse_limits.hpp"
 
@@ -147,10 +148,26 @@ DecoderTokenizer DecoderTokenizer::from_dir(const std::string& dir) {
   DecoderTokenizer t;
 
   const fs::path spm = d / "tokenizer.model";
+  // The class tokenizer_config.json names, for the slow classes evalrun reads by conversion.
+  std::string tokenizer_class;
+  {
+    std::vector<fs::path> ignored;  // read again below, where it counts
+    const auto tc = read_json_if_exists(d / "tokenizer_config.json", ignored);
+    if (tc && tc->contains("tokenizer_class") && (*tc)["tokenizer_class"].is_string()) {
+      tokenizer_class = (*tc)["tokenizer_class"].get<std::string>();
+    }
+  }
+  std::optional<ConvertedTokenizer> converted;
   if (fs::exists(d / "tokenizer.json")) {
     // tokenizer.json wins over tokenizer.model, as transformers' AutoTokenizer loads the fast tokenizer.
     impl->hf = HfTokenizer::from_file((d / "tokenizer.json").string());
     read.push_back(d / "tokenizer.json");
+    t.kind_ = "tokenizer.json";
+  } else if ((converted = convert_slow_tokenizer(dir, tokenizer_class))) {
+    // A slow class transformers converts to a fast tokenizer (slow_converters.hpp).
+    const fs::path tc_file = d / "tokenizer_config.json";
+    impl->hf = HfTokenizer::from_json_text(converted->tokenizer_json, converted->name, read_file(tc_file.string()));
+    for (const auto& f : converted->files) read.push_back(f);
     t.kind_ = "tokenizer.json";
   } else if (fs::exists(spm)) {
     impl->sp = SentencePieceTokenizer::from_file(spm.string());

@@ -2,8 +2,10 @@
 // generation needs: BOS for prompts, the stop ids, the pad id.
 //
 // Model, first present wins: `tokenizer.json` (the whole pipeline it describes, see HfTokenizer and
-// docs/tokenizers.md; first, as transformers' AutoTokenizer loads the fast tokenizer), `tokenizer.model`
-// (sentencepiece, as LlamaTokenizer), `vocab.json` + `merges.txt` (byte-level BPE, see ByteLevelBPE).
+// docs/tokenizers.md; first, as transformers' AutoTokenizer loads the fast tokenizer), a slow class
+// transformers converts (tokenizer_config.json tokenizer_class with a row in slow_converters.cpp, e.g.
+// Qwen2Tokenizer), `tokenizer.model` (sentencepiece, as LlamaTokenizer), `vocab.json` + `merges.txt`
+// (byte-level BPE, see ByteLevelBPE). Another tokenizer_class on the slow files is an InputError.
 //
 // Special tokens, first source that names them wins:
 //   1. tokenizer_config.json: bos_token / eos_token / pad_token / unk_token (a string or an

@@ -62,18 +62,21 @@ TEST_F(BpeDir, ATokenizerClassThatReadsTheseFilesItsOwnWayIsRefused) {
     write(dir_ / "tokenizer_config.json", std::string(R"({"tokenizer_class": ")") + name + "\"}");
     EXPECT_EQ(DecoderTokenizer::from_dir(dir_.string()).kind(), "byte-level-bpe") << name;
   }
-  // Qwen2Tokenizer: the same vocab.json + merges.txt, another pre-tokenizer regex and NFC.
-  write(dir_ / "tokenizer_config.json", R"({"tokenizer_class": "Qwen2Tokenizer"})");
+  // CodeGenTokenizer reads the same vocab.json + merges.txt with other rules (and no converter row).
+  write(dir_ / "tokenizer_config.json", R"({"tokenizer_class": "CodeGenTokenizer"})");
   try {
     DecoderTokenizer::from_dir(dir_.string());
-    FAIL() << "Qwen2Tokenizer accepted";
+    FAIL() << "CodeGenTokenizer accepted";
   } catch (const InputError& e) {
     EXPECT_EQ(e.where(), (dir_ / "tokenizer_config.json").string() + ": tokenizer_class");
-    EXPECT_NE(std::string(e.what()).find("'Qwen2Tokenizer' is not supported for a byte-level-bpe tokenizer without "
+    EXPECT_NE(std::string(e.what()).find("'CodeGenTokenizer' is not supported for a byte-level-bpe tokenizer without "
                                          "tokenizer.json (supported: GPT2Tokenizer, RobertaTokenizer)"),
               std::string::npos)
         << e.what();
   }
+  // Qwen2Tokenizer is read through transformers' conversion of the same files.
+  write(dir_ / "tokenizer_config.json", R"({"tokenizer_class": "Qwen2Tokenizer"})");
+  EXPECT_EQ(DecoderTokenizer::from_dir(dir_.string()).kind(), "tokenizer.json");
 }
 
 TEST_F(BpeDir, PadFallsBackToFirstEosNotZero) {
@@ -243,6 +246,30 @@ TEST(DecoderTokenizerJson, TokenizerJsonWinsAndItsTemplateDecidesBos) {
   write(dir / "tokenizer.json", R"({"model": {"type": "Unigram", "vocab": []}})");
   EXPECT_THROW(DecoderTokenizer::from_dir(dir.string()), InputError);
   fs::remove_all(dir);
+}
+
+// Qwen2Tokenizer (vocab.json + merges.txt) through the Qwen2 conversion: Hugging Face's slow ids.
+// The same files read as GPT-2's byte-level BPE give other ids for a prompt with digits.
+TEST(DecoderTokenizerOracle, Qwen2PromptsAndGeneratedTexts) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  const std::string dir = data + "/oracle/qwen2";
+  const auto t = DecoderTokenizer::from_dir(dir);
+  EXPECT_EQ(t.bos_id(), -1);
+  EXPECT_FALSE(t.adds_bos());
+  const auto gpt2 = ByteLevelBPE::from_files(dir + "/vocab.json", dir + "/merges.txt");
+  const H5Reader ref(dir + "/reference.h5");
+  const auto ids = ref.read_strings("/ids");
+  ASSERT_EQ(ids.size(), 6u);
+  int gpt2_differs = 0;
+  for (const auto& id : ids) {
+    const std::string g = "/samples/" + id;
+    const std::string prompt = ref.attr_string(g, "prompt");
+    EXPECT_EQ(t.encode(prompt), ref.read_i64(g + "/input_ids")) << id;
+    gpt2_differs += gpt2.encode(prompt).ids != ref.read_i64(g + "/input_ids");
+    EXPECT_EQ(t.decode(ref.read_i64(g + "/generated_ids"), true), ref.attr_string(g, "text")) << id;
+    EXPECT_EQ(t.decode(ref.read_i64(g + "/sequence_ids"), true), ref.attr_string(g, "full_text")) << id;
+  }
+  EXPECT_GE(gpt2_differs, 1) << "the conversion is not what tells these ids apart";
 }
 
 TEST(DecoderTokenizerOracle, LlamaGptqPromptsAndGeneratedTexts) {
