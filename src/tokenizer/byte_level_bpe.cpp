@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/errors.hpp"
+#include "tokenizer/slow_files.hpp"
 #include "common/sha256.hpp"
 #include "common/text.hpp"
 #include "tokenizer/pretokenize.hpp"
@@ -201,43 +202,6 @@ std::int64_t json_id(const json& v, const std::string& where) {
   return id;
 }
 
-
-// Token strings of one merge rule.
-struct MergeRule {
-  std::string left, right;
-  std::string where;  // file:line or file: model.merges[i], for errors
-};
-
-std::vector<MergeRule> read_merges_txt(const std::string& path) {
-  const std::string text = read_file(path);
-  std::vector<MergeRule> rules;
-  std::size_t pos = 0;
-  int line_no = 0;
-  while (pos < text.size()) {
-    std::size_t nl = text.find('\n', pos);
-    if (nl == std::string::npos) nl = text.size();
-    std::string_view line(text.data() + pos, nl - pos);
-    pos = nl + 1;
-    ++line_no;
-    if (line_no == 1 && line.rfind("#version", 0) == 0) continue;
-    std::vector<std::string_view> parts;
-    std::size_t i = 0;
-    while (i < line.size()) {
-      while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
-      std::size_t j = i;
-      while (j < line.size() && line[j] != ' ' && line[j] != '\t' && line[j] != '\r') ++j;
-      if (j > i) parts.push_back(line.substr(i, j - i));
-      i = j;
-    }
-    if (parts.empty()) continue;  // blank line (e.g. the end of the file)
-    const std::string where = path + ":" + std::to_string(line_no);
-    if (parts.size() != 2) {
-      throw InputError(where, "a merge rule must be two tokens separated by a space, got '" + std::string(line) + "'");
-    }
-    rules.push_back({std::string(parts[0]), std::string(parts[1]), where});
-  }
-  return rules;
-}
 
 std::vector<MergeRule> merges_from_json(const json& arr, const std::string& path) {
   if (!arr.is_array()) throw InputError(path + ": model.merges", "expected an array");
@@ -520,22 +484,9 @@ ByteLevelBPE ByteLevelBPE::from_dir(const std::string& dir) {
     const json cfg = parse_json_file(path);
     read.push_back(p);
     read_special_names(cfg, path, names, set);
-    if (cfg.contains("added_tokens_decoder")) {
-      const json& dec = cfg["added_tokens_decoder"];
-      if (!dec.is_object()) throw InputError(path + ": added_tokens_decoder", "expected an object");
-      for (auto it = dec.begin(); it != dec.end(); ++it) {
-        const std::string where = path + ": added_tokens_decoder." + it.key();
-        std::int64_t id = -1;
-        try {
-          std::size_t used = 0;
-          id = std::stoll(it.key(), &used);
-          if (used != it.key().size() || id < 0) throw std::invalid_argument("id");
-        } catch (const std::exception&) {
-          throw InputError(where, "the key must be a token id");
-        }
-        read_added_token(it.value(), where, set, id, true);
-      }
-    }
+    for_each_added_token(cfg, path, [&](std::int64_t id, const json& entry, const std::string& where) {
+      read_added_token(entry, where, set, id, true);
+    });
   }
   if (tokenizer_json.is_object() && tokenizer_json.contains("added_tokens")) {
     const json& arr = tokenizer_json["added_tokens"];

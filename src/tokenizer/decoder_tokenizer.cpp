@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "common/errors.hpp"
+#include "tokenizer/slow_files.hpp"
 #include "common/sha256.hpp"
 #include "common/text.hpp"
 #include "tokenizer/hf_tokenizer.hpp"
@@ -197,20 +198,8 @@ DecoderTokenizer DecoderTokenizer::from_dir(const std::string& dir) {
   const std::string cfg_file = (d / "config.json").string();
 
   // Added tokens with their ids.
-  if (tc && tc->contains("added_tokens_decoder")) {
-    const json& dec = (*tc)["added_tokens_decoder"];
-    if (!dec.is_object()) throw InputError(tc_path.string() + ": added_tokens_decoder", "expected an object");
-    for (auto it = dec.begin(); it != dec.end(); ++it) {
-      const std::string where = tc_path.string() + ": added_tokens_decoder." + it.key();
-      std::int64_t id = -1;
-      try {
-        std::size_t used = 0;
-        id = std::stoll(it.key(), &used);
-        if (used != it.key().size() || id < 0) throw std::invalid_argument("id");
-      } catch (const std::exception&) {
-        throw InputError(where, "the key must be a token id");
-      }
-      const json& v = it.value();
+  if (tc) {
+    for_each_added_token(*tc, tc_path.string(), [&](std::int64_t id, const json& v, const std::string& where) {
       if (!v.is_object() || !v.contains("content") || !v["content"].is_string()) {
         throw InputError(where, "expected an object with a string \"content\"");
       }
@@ -221,7 +210,7 @@ DecoderTokenizer DecoderTokenizer::from_dir(const std::string& dir) {
         throw InputError(where + ".special", "expected true or false");  // value() would throw type_error
       }
       if (v.value("special", false)) impl->special.insert(id);
-    }
+    });
   }
 
   // Named special tokens: tokenizer_config.json, then special_tokens_map.json.

@@ -6,6 +6,7 @@
 #include "common/errors.hpp"
 #include "common/parse_limits.hpp"
 #include "common/text.hpp"
+#include "tokenizer/slow_files.hpp"
 
 namespace evalrun {
 namespace {
@@ -23,47 +24,19 @@ json read_json(const fs::path& p) {
   }
 }
 
-// merges.txt: an optional "#version" line, then one "a b" pair a line.
+// merges.txt as tokenizer.json "merges" ("a b" strings).
 json read_merges(const fs::path& p) {
-  const std::string text = read_file(p.string());
   json merges = json::array();
-  std::size_t line_no = 0, start = 0;
-  while (start < text.size()) {
-    std::size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(start, end - start);
-    start = end + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
-    const auto space = line.find(' ');
-    if (space == std::string::npos || space == 0 || space + 1 == line.size() || line.find(' ', space + 1) != std::string::npos) {
-      throw InputError(p.string() + ":" + std::to_string(line_no), "expected two tokens separated by one space");
-    }
-    merges.push_back(line);
-  }
+  for (const auto& rule : read_merges_txt(p.string())) merges.push_back(rule.left + " " + rule.right);
   return merges;
 }
 
 // tokenizer_config.json's added_tokens_decoder as tokenizer.json "added_tokens".
 json added_tokens(const json& config, const std::string& file) {
   json out = json::array();
-  if (!config.contains("added_tokens_decoder")) return out;
-  const json& dec = config["added_tokens_decoder"];
-  if (!dec.is_object()) throw InputError(file + ": added_tokens_decoder", "expected an object");
-  for (auto it = dec.begin(); it != dec.end(); ++it) {
-    const json& v = it.value();
-    const std::string where = file + ": added_tokens_decoder." + it.key();
+  for_each_added_token(config, file, [&](std::int64_t id, const json& v, const std::string& where) {
     if (!v.is_object() || !v.contains("content") || !v["content"].is_string()) {
       throw InputError(where, "expected an object with a string \"content\"");
-    }
-    std::int64_t id = -1;
-    try {
-      std::size_t used = 0;
-      id = std::stoll(it.key(), &used);
-      if (used != it.key().size() || id < 0) throw std::invalid_argument("id");
-    } catch (const std::exception&) {
-      throw InputError(where, "the key must be a token id");
     }
     auto flag = [&](const char* key, bool fallback) {
       if (!v.contains(key) || v[key].is_null()) return fallback;
@@ -77,7 +50,7 @@ json added_tokens(const json& config, const std::string& file) {
                    {"rstrip", flag("rstrip", false)},
                    {"normalized", flag("normalized", true)},
                    {"special", flag("special", false)}});
-  }
+  });
   return out;
 }
 
