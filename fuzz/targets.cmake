@@ -1,7 +1,8 @@
 # The fuzz targets and the libraries each links, shared by fuzz/CMakeLists.txt (libFuzzer builds)
 # and tests/fuzz/CMakeLists.txt (corpus replay in the test suite).
-set(EVALRUN_FUZZ_TARGETS safetensors config squad prompts text_dataset bpe sentencepiece journal h5result)
+set(EVALRUN_FUZZ_TARGETS safetensors torch_bin config squad prompts text_dataset bpe sentencepiece journal h5result)
 set(EVALRUN_FUZZ_LIBS_safetensors evalrun_io)
+set(EVALRUN_FUZZ_LIBS_torch_bin evalrun_io)
 set(EVALRUN_FUZZ_LIBS_config evalrun_config)
 set(EVALRUN_FUZZ_LIBS_squad evalrun_io)
 set(EVALRUN_FUZZ_LIBS_prompts evalrun_io)

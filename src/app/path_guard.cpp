@@ -9,6 +9,7 @@
 
 #include "common/errors.hpp"
 #include "common/text.hpp"
+#include "io/safetensors.hpp"
 
 namespace evalrun {
 namespace fs = std::filesystem;
@@ -49,10 +50,10 @@ bool inside(const Identity& dir, const Identity& file) {
 
 bool is_model_file(const std::string& name) {
   static const std::set<std::string> names = {
-      "config.json",         "generation_config.json",  "quantize_config.json", "model.safetensors.index.json",
+      "config.json",         "generation_config.json",  "quantize_config.json",
       "vocab.json",          "merges.txt",              "tokenizer.json",       "tokenizer_config.json",
       "special_tokens_map.json", "added_tokens.json",   "tokenizer.model",      "vocab.txt"};
-  return names.count(name) > 0 || fs::path(name).extension() == ".safetensors";
+  return names.count(name) > 0 || is_weight_file(name);
 }
 
 }  // namespace

@@ -64,8 +64,7 @@ void write_checkpoint(const std::string& source, const std::string& dir, const s
   // Tokenizer and generation files travel along; the source's weights and settings do not.
   for (const auto& e : fs::directory_iterator(source)) {
     const std::string name = e.path().filename().string();
-    const bool weights = e.path().extension() == ".safetensors" || name == "model.safetensors.index.json";
-    if (!e.is_regular_file() || weights || name == "config.json" || name == "quantize_config.json") continue;
+    if (!e.is_regular_file() || is_weight_file(name) || name == "config.json" || name == "quantize_config.json") continue;
     fs::copy_file(e.path(), fs::path(dir) / name);
   }
 }

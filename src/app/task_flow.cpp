@@ -220,7 +220,7 @@ std::string checkpoint_sha256(const std::string& dir) {
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     const auto name = e.path().filename().string();
-    if (e.is_regular_file() && (name == "config.json" || e.path().extension() == ".safetensors")) {
+    if (e.is_regular_file() && (name == "config.json" || is_weight_file(name))) {
       files.push_back(e.path());
     }
   }

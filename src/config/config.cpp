@@ -150,7 +150,7 @@ const std::vector<KeySpec>& key_specs() {
        .apply = [](RunSpec& r, const Scalar& v) { r.run.max_batch_bytes = v.i; }},
       // [model]
       {.section = "model", .key = "path", .kind = Kind::string, .required = true, .default_note = "(required)", .allowed_note = "directory",
-       .help = "Hugging Face checkpoint directory (config.json + *.safetensors)",
+       .help = "Hugging Face checkpoint directory (config.json + *.safetensors or pytorch_model*.bin, docs/models.md)",
        .apply = [](RunSpec& r, const Scalar& v) { r.model.path = v.s; }, .check = check_not_empty},
       {.section = "model", .key = "tokenizer", .kind = Kind::string, .default_note = "model.path", .allowed_note = "directory",
        .help = "tokenizer directory (vocab.json + merges.txt, or tokenizer.json)",

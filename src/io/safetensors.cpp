@@ -20,6 +20,7 @@
 #include "common/errors.hpp"
 #include "common/parse_limits.hpp"
 #include "common/text.hpp"
+#include "io/torch_bin.hpp"
 
 namespace evalrun {
 
@@ -197,7 +198,7 @@ TensorView slice_view(const TensorView& v, int dim, std::int64_t begin, std::int
 // ---------------------------------------------------------------------------------------------------
 // SafetensorsFile
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+TensorFile::TensorFile(const std::string& path, std::size_t min_size, const char* min_size_what) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw InputError(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
@@ -211,9 +212,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     throw InputError(path, "not a regular file");
   }
   const auto size = static_cast<std::size_t>(st.st_size);
-  if (size < 8) {
+  if (size < min_size) {
     ::close(fd);
-    throw InputError(path, "file is " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
+    throw InputError(path, "file is " + std::to_string(size) + " bytes, shorter than " + min_size_what);
   }
   void* m = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   const int map_err = errno;
@@ -221,121 +222,154 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   if (m == MAP_FAILED) throw InputError(path, std::string("cannot mmap: ") + std::strerror(map_err));
   map_ = m;
   map_size_ = size;
-
-  try {
-    const auto* bytes = static_cast<const unsigned char*>(map_);
-    std::uint64_t header_len = 0;
-    for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];  // little-endian
-    if (header_len > size - 8)
-      throw InputError(path, "header length " + std::to_string(header_len) + " is larger than the file (" +
-                                 std::to_string(size) + " bytes)");
-    const std::string_view text(reinterpret_cast<const char*>(bytes + 8), header_len);
-    const json header = parse_header(path, text);
-    const std::byte* buffer = static_cast<const std::byte*>(map_) + 8 + header_len;
-    const std::size_t buffer_size = size - 8 - header_len;
-
-    std::vector<std::pair<std::pair<std::uint64_t, std::uint64_t>, std::string>> ranges;
-    for (const auto& [name, entry] : header.items()) {
-      if (name == "__metadata__") {
-        if (!entry.is_object()) throw InputError(path, "__metadata__ is not an object");
-        for (const auto& [k, val] : entry.items()) {
-          if (!val.is_string()) throw InputError(path, "__metadata__ value of '" + k + "' is not a string");
-          metadata_[k] = val.get<std::string>();
-        }
-        continue;
-      }
-      std::pair<std::uint64_t, std::uint64_t> off;
-      TensorView v = parse_entry(path, name, entry, buffer_size, off);
-      v.data = buffer + off.first;
-      ranges.push_back({off, name});
-      tensors_.emplace(name, std::move(v));
-    }
-
-    // Overlap check: sort by begin; an empty tensor occupies no bytes and cannot overlap.
-    std::sort(ranges.begin(), ranges.end());
-    const std::pair<std::uint64_t, std::uint64_t>* prev = nullptr;
-    const std::string* prev_name = nullptr;
-    for (const auto& [r, name] : ranges) {
-      if (r.first == r.second) continue;
-      if (prev != nullptr && r.first < prev->second)
-        throw InputError(tensor_where(path, name), "data overlaps tensor '" + *prev_name + "'");
-      prev = &r;
-      prev_name = &name;
-    }
-  } catch (...) {
-    ::munmap(map_, map_size_);
-    map_ = nullptr;
-    throw;
-  }
 }
 
-SafetensorsFile::~SafetensorsFile() {
+TensorFile::~TensorFile() {
   if (map_ != nullptr) ::munmap(map_, map_size_);
 }
 
-const TensorView* SafetensorsFile::find(const std::string& name) const {
+const TensorView* TensorFile::find(const std::string& name) const {
   auto it = tensors_.find(name);
   return it == tensors_.end() ? nullptr : &it->second;
+}
+
+// The base class unmaps the file when this constructor throws.
+SafetensorsFile::SafetensorsFile(const std::string& path) : TensorFile(path, 8, "the 8-byte header length") {
+  const std::size_t size = mapped_size();
+  const auto* bytes = reinterpret_cast<const unsigned char*>(mapped_data());
+  std::uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];  // little-endian
+  if (header_len > size - 8)
+    throw InputError(path, "header length " + std::to_string(header_len) + " is larger than the file (" +
+                               std::to_string(size) + " bytes)");
+  const std::string_view text(reinterpret_cast<const char*>(bytes + 8), header_len);
+  const json header = parse_header(path, text);
+  const std::byte* buffer = mapped_data() + 8 + header_len;
+  const std::size_t buffer_size = size - 8 - header_len;
+
+  std::vector<std::pair<std::pair<std::uint64_t, std::uint64_t>, std::string>> ranges;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      if (!entry.is_object()) throw InputError(path, "__metadata__ is not an object");
+      for (const auto& [k, val] : entry.items()) {
+        if (!val.is_string()) throw InputError(path, "__metadata__ value of '" + k + "' is not a string");
+        metadata_[k] = val.get<std::string>();
+      }
+      continue;
+    }
+    std::pair<std::uint64_t, std::uint64_t> off;
+    TensorView v = parse_entry(path, name, entry, buffer_size, off);
+    v.data = buffer + off.first;
+    ranges.push_back({off, name});
+    tensors_.emplace(name, std::move(v));
+  }
+
+  // Overlap check: sort by begin; an empty tensor occupies no bytes and cannot overlap.
+  std::sort(ranges.begin(), ranges.end());
+  const std::pair<std::uint64_t, std::uint64_t>* prev = nullptr;
+  const std::string* prev_name = nullptr;
+  for (const auto& [r, name] : ranges) {
+    if (r.first == r.second) continue;
+    if (prev != nullptr && r.first < prev->second)
+      throw InputError(tensor_where(path, name), "data overlaps tensor '" + *prev_name + "'");
+    prev = &r;
+    prev_name = &name;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Checkpoint
 
+namespace {
+
+std::unique_ptr<TensorFile> open_safetensors(const std::string& path) { return std::make_unique<SafetensorsFile>(path); }
+std::unique_ptr<TensorFile> open_torch_bin(const std::string& path) { return std::make_unique<TorchBinFile>(path); }
+
+// The checkpoint layouts, in the order of preference (transformers loads safetensors before
+// pytorch_model.bin when a directory has both).
+struct CheckpointLayout {
+  const char* index;   // the sharded form's index: {"weight_map": {tensor: shard file}}
+  const char* single;  // the one-file form
+  std::unique_ptr<TensorFile> (*open)(const std::string& path);
+};
+constexpr CheckpointLayout kLayouts[] = {
+    {"model.safetensors.index.json", "model.safetensors", open_safetensors},
+    {"pytorch_model.bin.index.json", "pytorch_model.bin", open_torch_bin},
+};
+
+}  // namespace
+
 Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
   const fs::path d(dir);
   std::error_code ec;
   if (!fs::is_directory(d, ec)) throw InputError(dir, "checkpoint directory does not exist or is not a directory");
-  const fs::path index_path = d / "model.safetensors.index.json";
-  const fs::path single_path = d / "model.safetensors";
-
-  if (fs::exists(index_path, ec)) {
-    const std::string ip = index_path.string();
-    const std::string text = read_file(ip);
-    check_json_nesting(text, ip);
-    json idx;
-    try {
-      idx = json::parse(text);
-    } catch (const json::exception& e) {
-      throw InputError(ip, "not valid JSON: " + clip_text(e.what()));
+  for (const CheckpointLayout& layout : kLayouts) {
+    if (fs::exists(d / layout.index, ec)) {
+      load_sharded((d / layout.index).string(), layout.open);
+      return;
     }
-    if (!idx.is_object() || !idx.contains("weight_map") || !idx["weight_map"].is_object())
-      throw InputError(ip, "expected an object with a \"weight_map\" object");
-    const auto& wm = idx["weight_map"];
-
-    // Open each shard once, in name order.
-    std::map<std::string, std::vector<std::string>> by_shard;
-    for (const auto& [tensor, shard] : wm.items()) {
-      if (!shard.is_string()) throw InputError(tensor_where(ip, tensor), "weight_map value is not a string");
-      const auto s = shard.get<std::string>();
-      const fs::path rel(s);
-      if (s.empty() || rel.is_absolute() || std::find(rel.begin(), rel.end(), fs::path("..")) != rel.end())
-        throw InputError(tensor_where(ip, tensor), "shard name '" + s + "' must be a file name inside the directory");
-      by_shard[s].push_back(tensor);
+    if (fs::exists(d / layout.single, ec)) {
+      files_.push_back(layout.open((d / layout.single).string()));
+      for (const auto& [name, view] : files_.back()->tensors()) index_.emplace(name, &view);
+      return;
     }
-    if (by_shard.empty()) throw InputError(ip, "weight_map is empty");
-    for (const auto& [shard, listed] : by_shard) {
-      const fs::path sp = d / shard;
-      if (!fs::is_regular_file(sp, ec))
-        throw InputError(ip, "shard '" + shard + "' (for tensor '" + listed.front() + "') does not exist");
-      files_.push_back(std::make_unique<SafetensorsFile>(sp.string()));
-      const SafetensorsFile& f = *files_.back();
-      for (const auto& t : listed) {
-        if (f.find(t) == nullptr)
-          throw InputError(tensor_where(ip, t), "listed in shard '" + shard + "' but absent from " + f.path());
-      }
-      for (const auto& [name, view] : f.tensors()) {
-        auto [it, inserted] = index_.emplace(name, &view);
-        if (!inserted)
-          throw InputError(tensor_where(f.path(), name), "duplicate: also in " + it->second->file);
-        if (!wm.contains(name)) throw InputError(tensor_where(f.path(), name), "not listed in " + ip);
-      }
-    }
-  } else if (fs::exists(single_path, ec)) {
-    files_.push_back(std::make_unique<SafetensorsFile>(single_path.string()));
-    for (const auto& [name, view] : files_.back()->tensors()) index_.emplace(name, &view);
-  } else {
-    throw InputError(dir, "no model.safetensors or model.safetensors.index.json in the checkpoint directory");
   }
+  throw InputError(dir,
+                   "no model.safetensors, model.safetensors.index.json, pytorch_model.bin or "
+                   "pytorch_model.bin.index.json in the checkpoint directory");
+}
+
+void Checkpoint::load_sharded(const std::string& ip, std::unique_ptr<TensorFile> (*open)(const std::string&)) {
+  const fs::path d(dir_);
+  std::error_code ec;
+  const std::string text = read_file(ip);
+  check_json_nesting(text, ip);
+  json idx;
+  try {
+    idx = json::parse(text);
+  } catch (const json::exception& e) {
+    throw InputError(ip, "not valid JSON: " + clip_text(e.what()));
+  }
+  if (!idx.is_object() || !idx.contains("weight_map") || !idx["weight_map"].is_object())
+    throw InputError(ip, "expected an object with a \"weight_map\" object");
+  const auto& wm = idx["weight_map"];
+
+  // Open each shard once, in name order.
+  std::map<std::string, std::vector<std::string>> by_shard;
+  for (const auto& [tensor, shard] : wm.items()) {
+    if (!shard.is_string()) throw InputError(tensor_where(ip, tensor), "weight_map value is not a string");
+    const auto s = shard.get<std::string>();
+    const fs::path rel(s);
+    if (s.empty() || rel.is_absolute() || std::find(rel.begin(), rel.end(), fs::path("..")) != rel.end())
+      throw InputError(tensor_where(ip, tensor), "shard name '" + s + "' must be a file name inside the directory");
+    by_shard[s].push_back(tensor);
+  }
+  if (by_shard.empty()) throw InputError(ip, "weight_map is empty");
+  for (const auto& [shard, listed] : by_shard) {
+    const fs::path sp = d / shard;
+    if (!fs::is_regular_file(sp, ec))
+      throw InputError(ip, "shard '" + shard + "' (for tensor '" + listed.front() + "') does not exist");
+    files_.push_back(open(sp.string()));
+    const TensorFile& f = *files_.back();
+    for (const auto& t : listed) {
+      if (f.find(t) == nullptr)
+        throw InputError(tensor_where(ip, t), "listed in shard '" + shard + "' but absent from " + f.path());
+    }
+    for (const auto& [name, view] : f.tensors()) {
+      auto [it, inserted] = index_.emplace(name, &view);
+      if (!inserted) throw InputError(tensor_where(f.path(), name), "duplicate: also in " + it->second->file);
+      if (!wm.contains(name)) throw InputError(tensor_where(f.path(), name), "not listed in " + ip);
+    }
+  }
+}
+
+bool is_weight_file(const std::string& name) {
+  const std::string ext = fs::path(name).extension().string();
+  if (ext == ".safetensors" || ext == ".bin") return true;
+  for (const CheckpointLayout& layout : kLayouts) {
+    if (name == layout.index) return true;
+  }
+  return false;
 }
 
 std::vector<std::string> Checkpoint::names() const {

@@ -1,5 +1,5 @@
-// Safetensors checkpoints: memory-mapped reading of one file or of a sharded directory
-// (model.safetensors.index.json), and writing (for `evalrun make-model` and tests).
+// Checkpoints: memory-mapped reading of one safetensors file or of a sharded directory
+// (model.safetensors.index.json; torch.save's pytorch_model.bin too), and writing safetensors (for `evalrun make-model` and tests).
 // Format: 8-byte little-endian header length N, N bytes of JSON header
 // {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {..}},
 // then the data buffer; offsets are relative to the buffer's start.
@@ -37,34 +37,50 @@ struct TensorView {
 TensorView slice_view(const TensorView& v, int dim, std::int64_t begin, std::int64_t end,
                       std::vector<std::byte>& storage);
 
-// One .safetensors file, mapped read-only. Every header error (truncated file, bad JSON, unknown
-// dtype, offsets past the end or overlapping, size != numel * element size) is an InputError naming
-// the file and the tensor.
-class SafetensorsFile {
+// A file of named tensors mapped read-only: a .safetensors file, or a torch.save zip archive
+// (io/torch_bin.hpp). Every TensorView points into the mapping.
+class TensorFile {
  public:
-  explicit SafetensorsFile(const std::string& path);
-  ~SafetensorsFile();
-  SafetensorsFile(const SafetensorsFile&) = delete;
-  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+  virtual ~TensorFile();
+  TensorFile(const TensorFile&) = delete;
+  TensorFile& operator=(const TensorFile&) = delete;
 
   const std::string& path() const { return path_; }
-  const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::map<std::string, TensorView>& tensors() const { return tensors_; }
   const TensorView* find(const std::string& name) const;  // nullptr if absent
-  // The whole mapped file (8-byte length, header, data buffer): every TensorView lies inside it.
+  // The whole mapped file: every TensorView lies inside it.
   const std::byte* mapped_data() const { return static_cast<const std::byte*>(map_); }
   std::size_t mapped_size() const { return map_size_; }
 
- private:
+ protected:
+  // Maps `path` (InputError naming it if it cannot be opened, is not a regular file or is shorter than
+  // min_size bytes).
+  TensorFile(const std::string& path, std::size_t min_size, const char* min_size_what);
+
   std::string path_;
+  std::map<std::string, TensorView> tensors_;
+
+ private:
   void* map_ = nullptr;
   std::size_t map_size_ = 0;
-  std::map<std::string, std::string> metadata_;
-  std::map<std::string, TensorView> tensors_;
 };
 
-// A checkpoint directory: model.safetensors, or model.safetensors.index.json + its shards.
-// An index naming a missing shard, or a tensor that is not in the shard the index names, is an error.
+// One .safetensors file. Every header error (truncated file, bad JSON, unknown dtype, offsets past the
+// end or overlapping, size != numel * element size) is an InputError naming the file and the tensor.
+class SafetensorsFile : public TensorFile {
+ public:
+  explicit SafetensorsFile(const std::string& path);
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  std::map<std::string, std::string> metadata_;
+};
+
+// A checkpoint directory, in the order transformers' from_pretrained looks for them:
+// model.safetensors.index.json + its shards, model.safetensors, pytorch_model.bin.index.json + its
+// shards, pytorch_model.bin (torch.save's zip format, read without running any pickled code:
+// io/torch_bin.hpp). An index naming a missing shard, or a tensor that is not in the shard the index
+// names, is an error.
 class Checkpoint {
  public:
   explicit Checkpoint(const std::string& dir);
@@ -72,13 +88,20 @@ class Checkpoint {
   std::vector<std::string> names() const;                  // sorted
   const TensorView* find(const std::string& name) const;   // nullptr if absent
   const TensorView& get(const std::string& name) const;    // InputError "tensor 'x' missing" if absent
-  std::vector<std::string> files() const;                   // the safetensors files, sorted
+  std::vector<std::string> files() const;                   // the tensor files, sorted
 
  private:
+  void load_sharded(const std::string& index_path, std::unique_ptr<TensorFile> (*open)(const std::string&));
+
   std::string dir_;
-  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::vector<std::unique_ptr<TensorFile>> files_;
   std::map<std::string, const TensorView*> index_;
 };
+
+// Whether a file name in a checkpoint directory holds weights or their index: *.safetensors, *.bin,
+// model.safetensors.index.json, pytorch_model.bin.index.json (for the run's fingerprint, the inputs a
+// run must not overwrite, and what `evalrun quantize` does not copy along).
+bool is_weight_file(const std::string& name);
 
 // Writing. Tensors are written in name order with 8-byte-aligned header padding (spaces), as the
 // reference implementation does.

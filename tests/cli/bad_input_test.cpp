@@ -148,6 +148,17 @@ std::vector<Case> cases() {
       {"config: doc_stride >= max_seq_length",
        [&](P d) { return BadInput::config(d, qa(d)) + " --set task.doc_stride=64"; }, {"task.doc_stride"}},
       // --- checkpoint -------------------------------------------------------------------------------
+      {"checkpoint: pytorch_model.bin naming a global outside the allow list",
+       [&](P d) {
+         // A state dict written by CPython's pickler (the fuzz seed) whose rebuild function is renamed.
+         std::string bin = slurp(fs::path(kSrc) / "fuzz/corpus/torch_bin/ordered_proto2.bin");
+         const auto at = bin.find("_rebuild_tensor_v2");
+         if (at != std::string::npos) bin.replace(at, 18, "_rebuild_tensor_vX");
+         fs::remove(d / "qa" / "model.safetensors");
+         spit(d / "qa" / "pytorch_model.bin", bin);
+         return BadInput::config(d, qa(d));
+       },
+       {"pytorch_model.bin", "data.pkl byte", "pickle global 'torch._utils._rebuild_tensor_vX' is not allowed"}},
       {"checkpoint: truncated file",
        [&](P d) {
          const auto p = d / "qa" / "model.safetensors";
