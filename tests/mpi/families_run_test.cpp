@@ -4,8 +4,10 @@
 // ranks with tensor_parallel = 2: identical tokens, step logits within 1e-4 of the 1-rank run; and the
 // 1-rank run against transformers' greedy tokens and step logits (reference.h5) for every prompt the
 // tokenizer encodes to the reference's ids. The Qwen2 oracle (q/k/v biases, tied embeddings) runs the
-// same way with its Qwen2Tokenizer files (converted as transformers does); tiny-qwen2 checks the
-// biased tensor-parallel split on 4 ranks too.
+// same way with its Qwen2Tokenizer files (converted as transformers does), the Gemma oracle (head_dim
+// 24 with one kv head, which tensor_parallel 2 gives to both ranks; sqrt(hidden) embedding scale,
+// (1 + w) RMSNorm, tanh GELU) with its GemmaTokenizer; tiny-qwen2 checks the biased tensor-parallel
+// split on 4 ranks too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -153,6 +155,11 @@ TEST_F(FamiliesRun, MixtralOracleGenerationIsTheSameOnEveryLayoutAndEqualsTransf
 TEST_F(FamiliesRun, Qwen2OracleGenerationIsTheSameOnEveryLayoutAndEqualsTransformers) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   oracle_layouts(*this, data, "qwen2", 1261);
+}
+
+TEST_F(FamiliesRun, GemmaOracleGenerationIsTheSameOnEveryLayoutAndEqualsTransformers) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  oracle_layouts(*this, data, "gemma", 1000);
 }
 
 TEST_F(FamiliesRun, Qwen2TensorParallelSplitsTheBiasesWithTheirColumns) {
