@@ -19,7 +19,7 @@ int make_model_command(int argc, char** argv) {
   CLI::App app{"Write a deterministic random checkpoint in Hugging Face format (config.json,\n"
                "model.safetensors, tokenizer files) for demos, tests and benchmarks: RoBERTa (presets tiny,\n"
                "roberta-base; --head qa|mlm) or Llama-family decoders (presets tiny-llama, tiny-granite, tiny-mistral,\n"
-               "tiny-qwen2, tiny-mixtral, llama-110m).",
+               "tiny-qwen2, tiny-mixtral, tiny-gemma, llama-110m).",
                "evalrun make-model"};
   std::string out, head = "qa", preset = "tiny", tokenizer_from;
   std::uint64_t seed = 0;
@@ -29,10 +29,11 @@ int make_model_command(int argc, char** argv) {
       ->check(CLI::IsMember({"qa", "mlm"}));
   app.add_option("--preset", preset,
                  "tiny (RoBERTa, hidden 32, 2 layers), roberta-base (125M parameters), tiny-llama, tiny-granite, "
-                 "tiny-mistral (sliding window 8), tiny-qwen2 (q/k/v biases, tied), tiny-mixtral (4 experts, top 2) "
+                 "tiny-mistral (sliding window 8), tiny-qwen2 (q/k/v biases, tied), tiny-mixtral (4 experts, top 2), "
+                 "tiny-gemma (head_dim 24, 1 kv head, tied, tanh GELU, (1 + w) RMSNorm) "
                  "(hidden 64, 2 layers, GQA), llama-110m (hidden 768, 12 layers, vocab 32000)")
       ->check(CLI::IsMember({"tiny", "roberta-base", "tiny-llama", "tiny-granite", "tiny-mistral", "tiny-qwen2",
-                             "tiny-mixtral", "llama-110m"}));
+                             "tiny-mixtral", "tiny-gemma", "llama-110m"}));
   app.add_option("--seed", seed, "random seed of the weights");
   app.add_option("--tokenizer-from", tokenizer_from,
                  "copy vocab.json/merges.txt (and special-token files) from this directory instead of "

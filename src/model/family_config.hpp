@@ -23,6 +23,12 @@ void read_qwen2_config(const nlohmann::json& j, const std::string& path, LlamaCo
 // (null: none), rope_scaling must be null.
 void read_mixtral_config(const nlohmann::json& j, const std::string& path, LlamaConfig& c);
 
+// GemmaForCausalLM (gemma_config.cpp): head_dim (default 256, need not be hidden_size /
+// num_attention_heads), hidden_activation (null: gelu_pytorch_tanh; hidden_act is ignored, as
+// transformers 4.39 does), tied embeddings by default, the sqrt(hidden_size) embedding scale and the
+// (1 + w) RMSNorm; rope_scaling must be null.
+void read_gemma_config(const nlohmann::json& j, const std::string& path, LlamaConfig& c);
+
 // A rope_scaling other than null (or type "default") for a family without rope scaling.
 void refuse_rope_scaling(const nlohmann::json& j, const std::string& path, const char* family);
 

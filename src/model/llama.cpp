@@ -1,4 +1,4 @@
-// Llama / Granite decoder forward pass on libtorch tensors held by the model (no nn::Module, no
+// Llama-family decoder forward pass on libtorch tensors held by the model (no nn::Module, no
 // autograd), with a preallocated key/value cache.
 //
 // Layout: activations are 2-D [batch * seq, hidden] row-major. q, k and v are fused into one weight
@@ -36,7 +36,11 @@
 // (moe_fast / moe_torch: routing in ops/moe, each expert a w1 | w3 and a w2 projection); under tensor
 // parallelism every expert splits like the dense MLP (w1 / w3 columns, w2 rows) rather than experts
 // being spread over ranks, so every rank does the same work whatever the routing, and the weighted
-// sum of the experts' partial outputs needs one all-reduce per layer, as the dense MLP does.
+// sum of the experts' partial outputs needs one all-reduce per layer, as the dense MLP does. Gemma
+// (multi-query attention with a head_dim of its own, which the shapes above already allow) scales
+// the embeddings by sqrt(hidden_size), normalizes with (1 + w) (ops::rms_norm_rows' weight offset;
+// the norm weights are replicated, so tensor parallelism is unchanged) and gates its MLP with the
+// tanh GELU (ops::GateActivation); all three are LlamaConfig fields its config reader sets.
 //
 // Masking: a query attends to key j when key_mask[j] == 1 and j is not after the query. HF adds the
 // dtype's lowest value to masked scores, which makes their probabilities exactly 0 whenever one key is
@@ -168,6 +172,8 @@ struct LlamaModel::Impl : model::Weights {
     tp->allreduce_sum(f.data_ptr<float>(), static_cast<std::size_t>(f.numel()));
     return f.to(partial.scalar_type());
   }
+  // RMSNorm's weight offset: Gemma scales by (1 + w).
+  float norm_offset() const { return cfg.norm_weight_plus_one ? 1.0f : 0.0f; }
   float attention_scale() const {
     // Granite multiplies the scores by attention_multiplier; Llama divides them by sqrt(head_dim).
     if (cfg.model_type == "granite") return static_cast<float>(cfg.attention_multiplier);
@@ -270,7 +276,7 @@ struct LlamaModel::Impl : model::Weights {
 
     for (std::size_t l = 0; l < layers.size(); ++l) {
       const DecoderLayer& L = layers[l];
-      ops::rms_norm_rows(x, L.attn_norm.data_ptr<float>(), a, M, H, eps);
+      ops::rms_norm_rows(x, L.attn_norm.data_ptr<float>(), a, M, H, eps, norm_offset());
       L.qkv->forward(a, M, H, qkv, W, 1.0f, 0.0f);
       // Rotate q and k, and store k and v in the cache.
       float* kc = cache.k[l].data_ptr<float>();
@@ -292,12 +298,12 @@ struct LlamaModel::Impl : model::Weights {
       // x += rm * (ctx @ W_o): HF adds residual + out * residual_multiplier.
       row_parallel(*L.o, ctx, M, qw, x, H, rm);
 
-      ops::rms_norm_rows(x, L.mlp_norm.data_ptr<float>(), a, M, H, eps);
+      ops::rms_norm_rows(x, L.mlp_norm.data_ptr<float>(), a, M, H, eps, norm_offset());
       if (!L.experts.empty()) {
         moe_fast(L, a, M, x, gu, act, rm);
       } else {
         L.gate_up->forward(a, M, H, gu, 2 * I, 1.0f, 0.0f);
-        ops::silu_gate_rows(gu, act, M, I);
+        ops::gated_activation_rows(gu, act, M, I, c.mlp_activation);
         row_parallel(*L.down, act, M, I, x, H, rm);
       }
       if (l + 1 < layers.size()) keep(x);
@@ -327,7 +333,7 @@ struct LlamaModel::Impl : model::Weights {
       if (n == 0) continue;
       for (std::int64_t r = 0; r < n; ++r) std::memcpy(xin + r * H, a + er.rows[r] * H, sizeof(float) * H);
       L.experts[e].gate_up->forward(xin, n, H, gu, 2 * I, 1.0f, 0.0f);
-      ops::silu_gate_rows(gu, act, n, I);
+      ops::gated_activation_rows(gu, act, n, I, cfg.mlp_activation);
       L.experts[e].down->forward(act, n, I, y, H, 1.0f, 0.0f);
       ops::moe_accumulate(er, y, H, acc);
     }
@@ -350,7 +356,7 @@ struct LlamaModel::Impl : model::Weights {
       if (rows.numel() == 0) continue;
       Tensor we = (tw * hit.to(tw.scalar_type())).sum(-1).index_select(0, rows).unsqueeze(1);
       Tensor gu = at::linear(a.index_select(0, rows), weight_of(L.experts[e].gate_up));
-      Tensor h = torch::silu(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
+      Tensor h = gate_activation(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
       out.index_add_(0, rows, at::linear(h, weight_of(L.experts[e].down)) * we);
     }
     return out;
@@ -361,7 +367,20 @@ struct LlamaModel::Impl : model::Weights {
   Tensor rms_norm_t(const Tensor& x, const Tensor& w) const {
     Tensor xf = x.to(torch::kFloat32);
     Tensor variance = xf.pow(2).mean(-1, true);
-    return w * (xf * torch::rsqrt(variance + cfg.rms_norm_eps)).to(x.scalar_type());
+    Tensor normed = xf * torch::rsqrt(variance + cfg.rms_norm_eps);
+    // GemmaRMSNorm scales in float32 and casts after; LlamaRMSNorm casts, then scales in the dtype.
+    if (cfg.norm_weight_plus_one) return (normed * (1.0 + w.to(torch::kFloat32))).to(x.scalar_type());
+    return w * normed.to(x.scalar_type());
+  }
+
+  // The MLP gate's activation (transformers' ACT2FN: silu, gelu_pytorch_tanh, exact gelu).
+  Tensor gate_activation(const Tensor& g) const {
+    switch (cfg.mlp_activation) {
+      case ops::GateActivation::gelu_tanh: return at::gelu(g, "tanh");
+      case ops::GateActivation::gelu: return at::gelu(g, "none");
+      case ops::GateActivation::silu: break;
+    }
+    return torch::silu(g);
   }
 
   static Tensor rotate_half(const Tensor& t) {
@@ -384,7 +403,11 @@ struct LlamaModel::Impl : model::Weights {
 
     Tensor id_t = torch::from_blob(const_cast<std::int64_t*>(ids), {M}, torch::kInt64);
     Tensor x = embed.index_select(0, id_t);
-    if (c.embedding_multiplier != 1.0) x = x * c.embedding_multiplier;
+    if (c.embedding_multiplier_in_dtype) {
+      x = x * torch::scalar_tensor(c.embedding_multiplier, x.options());  // Gemma's normalizer tensor
+    } else if (c.embedding_multiplier != 1.0) {
+      x = x * c.embedding_multiplier;
+    }
     keep(x);
 
     Tensor pos = torch::from_blob(const_cast<std::int64_t*>(positions), {batch, seq}, torch::kInt64);
@@ -438,7 +461,7 @@ struct LlamaModel::Impl : model::Weights {
         down = summed(moe_torch(L, a));
       } else {
         Tensor gu = at::linear(a, weight_of(L.gate_up));
-        Tensor act = torch::silu(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
+        Tensor act = gate_activation(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
         down = summed(at::linear(act, weight_of(L.down)));
       }
       x = c.residual_multiplier == 1.0 ? x + down : x + down * c.residual_multiplier;
@@ -514,7 +537,7 @@ struct LlamaModel::Impl : model::Weights {
       }
       Tensor out = rows.empty() ? buf_final.get({R, H}, torch::kFloat32) : buf_final.get({2, R, H}, torch::kFloat32)[1];
       ops::rms_norm_rows(sel.data_ptr<float>(), final_norm.data_ptr<float>(), out.data_ptr<float>(), R, H,
-                    static_cast<float>(cfg.rms_norm_eps));
+                         static_cast<float>(cfg.rms_norm_eps), norm_offset());
       return out;
     }
     Tensor sel = x;

@@ -1,4 +1,5 @@
-// Llama-family decoders (LlamaForCausalLM, GraniteForCausalLM, MistralForCausalLM, Qwen2ForCausalLM) loaded from a Hugging Face checkpoint
+// Llama-family decoders (LlamaForCausalLM, GraniteForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+// MixtralForCausalLM, GemmaForCausalLM) loaded from a Hugging Face checkpoint
 // directory and run on the CPU with libtorch, with a key/value cache for greedy generation. Numerics
 // follow transformers' eager implementation. Torch stays behind a pimpl: this header is plain C++.
 #pragma once
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "model/model.hpp"
+#include "ops/activations.hpp"
 
 namespace evalrun {
 
@@ -16,7 +18,7 @@ namespace evalrun {
 // Unsupported fields with non-default values (e.g. a rope_scaling type other than "llama3",
 // attention_bias / mlp_bias = true when not implemented, hidden_act other than silu) are errors.
 struct LlamaConfig {
-  std::string model_type;  // "llama", "granite", "mistral", "qwen2" or "mixtral"
+  std::string model_type;  // "llama", "granite", "mistral", "qwen2", "mixtral" or "gemma"
   std::vector<std::string> architectures;
   std::int64_t vocab_size = 0;
   std::int64_t hidden_size = 0;
@@ -50,16 +52,23 @@ struct LlamaConfig {
   double attention_multiplier = 0.0;  // 0 = 1/sqrt(head_dim)
   double residual_multiplier = 1.0;
   double logits_scaling = 1.0;
+  // Gemma: embeddings x sqrt(hidden_size) (embedding_multiplier) as a tensor of the hidden dtype, so a
+  // bfloat16 run rounds the multiplier to bfloat16 first; RMSNorm scales by (1 + weight) in float32
+  // before the cast back (the stored weights are offsets from 1); the MLP gate's activation.
+  bool embedding_multiplier_in_dtype = false;
+  bool norm_weight_plus_one = false;
+  ops::GateActivation mlp_activation = ops::GateActivation::silu;
   std::int64_t bos_token_id = -1, eos_token_id = -1, pad_token_id = -1;  // from config.json, -1 if absent
 
   static LlamaConfig from_json_file(const std::string& path);
 };
 
-// LlamaForCausalLM, GraniteForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and MixtralForCausalLM
-// (one registry row each): the same decoder, the family differences being config options of the
-// shared layers (a sliding window in ops::attention_f32, biased q/k/v through load_linear, a
-// mixture-of-experts MLP routed by ops/moe) read by each family's config reader (llama_config.cpp,
-// mistral_config.cpp, qwen2_config.cpp, mixtral_config.cpp).
+// LlamaForCausalLM, GraniteForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM and
+// GemmaForCausalLM (one registry row each): the same decoder, the family differences being config
+// options of the shared layers (a sliding window in ops::attention_f32, biased q/k/v through
+// load_linear, a mixture-of-experts MLP routed by ops/moe, the gate activation, the (1 + w) RMSNorm,
+// an embedding scale) read by each family's config reader (llama_config.cpp, mistral_config.cpp,
+// qwen2_config.cpp, mixtral_config.cpp, gemma_config.cpp).
 class LlamaModel : public CausalLM {
  public:
   // Reads dir/config.json and safetensors (single or sharded). Every expected tensor must exist with

@@ -1,6 +1,6 @@
 // config.json parsing and validation for the Llama family (LlamaForCausalLM, GraniteForCausalLM), and
-// what MistralForCausalLM and Qwen2ForCausalLM share with it (their own keys: mistral_config.cpp,
-// qwen2_config.cpp).
+// what MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM and GemmaForCausalLM share with it
+// (their own keys: mistral_config.cpp, qwen2_config.cpp, mixtral_config.cpp, gemma_config.cpp).
 // Defaults are those of transformers' LlamaConfig / GraniteConfig; fields that would change the
 // computation in ways this implementation does not cover are errors rather than silently ignored.
 #include <cmath>
@@ -93,7 +93,8 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
       {"granite", "GraniteForCausalLM"},
       {"mistral", "MistralForCausalLM"},
       {"qwen2", "Qwen2ForCausalLM"},
-      {"mixtral", "MixtralForCausalLM"}};
+      {"mixtral", "MixtralForCausalLM"},
+      {"gemma", "GemmaForCausalLM"}};
   std::string expected_arch, supported_types, supported_archs;
   for (const auto& [type, name] : families) {
     if (type == c.model_type) expected_arch = name;
@@ -105,7 +106,7 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
   }
   const bool granite = c.model_type == "granite";
   const bool mistral = c.model_type == "mistral", qwen2 = c.model_type == "qwen2";
-  const bool mixtral = c.model_type == "mixtral";
+  const bool mixtral = c.model_type == "mixtral", gemma = c.model_type == "gemma";
   auto arch = j.find("architectures");
   if (arch == j.end() || arch->is_null()) throw InputError(path + ": architectures", "missing");
   if (!arch->is_array()) throw InputError(path + ": architectures", "must be a list of strings");
@@ -132,12 +133,12 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
   c.intermediate_size = json_int(j, path, "intermediate_size", true, 0, 1);
   c.num_hidden_layers = json_int(j, path, "num_hidden_layers", true, 0, 1);
   c.num_attention_heads = json_int(j, path, "num_attention_heads", true, 0, 1);
-  // Mistral / Mixtral / Qwen2 configs default it to 8 / 8 / 32 rather than to num_attention_heads:
-  // required there.
+  // Mistral / Mixtral / Qwen2 / Gemma configs default it to 8 / 8 / 32 / 16 rather than to
+  // num_attention_heads: required there.
   c.num_key_value_heads =
-      json_int(j, path, "num_key_value_heads", mistral || qwen2 || mixtral, c.num_attention_heads, 1);
-  c.max_position_embeddings =
-      json_int(j, path, "max_position_embeddings", false, mistral || mixtral ? 131072 : qwen2 ? 32768 : 2048, 1);
+      json_int(j, path, "num_key_value_heads", mistral || qwen2 || mixtral || gemma, c.num_attention_heads, 1);
+  c.max_position_embeddings = json_int(j, path, "max_position_embeddings", false,
+                                       mistral || mixtral ? 131072 : qwen2 ? 32768 : gemma ? 8192 : 2048, 1);
   c.rms_norm_eps = json_number(j, path, "rms_norm_eps", 1e-6);
   if (!(c.rms_norm_eps > 0.0)) throw InputError(path + ": rms_norm_eps", "must be > 0");
   c.rope_theta = json_number(j, path, "rope_theta", 10000.0);
@@ -147,8 +148,11 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
   c.mlp_bias = json_bool(j, path, "mlp_bias", false);
   if (c.attention_bias) throw InputError(path + ": attention_bias", "true is not supported (no projection biases)");
   if (c.mlp_bias) throw InputError(path + ": mlp_bias", "true is not supported (no MLP biases)");
-  const std::string act = json_string(j, path, "hidden_act", "silu");
-  if (act != "silu") throw InputError(path + ": hidden_act", "'" + act + "' is not supported (only silu)");
+  // Gemma's activation is read by read_gemma_config (hidden_activation; hidden_act is ignored there).
+  if (!gemma) {
+    const std::string act = json_string(j, path, "hidden_act", "silu");
+    if (act != "silu") throw InputError(path + ": hidden_act", "'" + act + "' is not supported (only silu)");
+  }
 
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     throw InputError(path + ": num_key_value_heads", "num_attention_heads " + std::to_string(c.num_attention_heads) +
@@ -158,7 +162,8 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
   const bool divisible = c.hidden_size % c.num_attention_heads == 0;
   const std::int64_t default_head_dim = c.hidden_size / c.num_attention_heads;
   if (qwen2) model::read_qwen2_config(j, path, c);  // checks head_dim, which Qwen2 does not read
-  c.head_dim = qwen2 ? 0 : json_int(j, path, "head_dim", false, 0, 2);
+  if (gemma) model::read_gemma_config(j, path, c);  // head_dim with Gemma's default
+  if (!qwen2 && !gemma) c.head_dim = json_int(j, path, "head_dim", false, 0, 2);
   if (c.head_dim == 0 || granite) {
     // Granite (and Llama without head_dim) use hidden_size / num_attention_heads and need it exact.
     if (!divisible) {
@@ -174,7 +179,7 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
   if (c.head_dim % 2 != 0) throw InputError(path + ": head_dim", "must be even (rotary embedding)");
   if (mistral) model::read_mistral_config(j, path, c);
   if (mixtral) model::read_mixtral_config(j, path, c);
-  if (!mistral && !qwen2 && !mixtral) parse_rope_scaling(j, path, c);
+  if (!mistral && !qwen2 && !mixtral && !gemma) parse_rope_scaling(j, path, c);
 
   if (granite) {
     c.embedding_multiplier = json_number(j, path, "embedding_multiplier", 1.0);

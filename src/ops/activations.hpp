@@ -5,8 +5,12 @@
 
 namespace evalrun::ops {
 
-// The gated SiLU of a Llama-style MLP: out[m, i] = silu(gu[m, i]) * gu[m, I + i] for rows of
+// The activation of a gated MLP's gate: SiLU (Llama), GELU with the tanh approximation
+// (torch's gelu(approximate="tanh"): Gemma's gelu_pytorch_tanh) or exact erf GELU.
+enum class GateActivation { silu, gelu_tanh, gelu };
+
+// The gated activation of a Llama-style MLP: out[m, i] = act(gu[m, i]) * gu[m, I + i] for rows of
 // gate | up (2 I wide) into rows of I. Parallel over rows.
-void silu_gate_rows(const float* gate_up, float* out, std::int64_t rows, std::int64_t I);
+void gated_activation_rows(const float* gate_up, float* out, std::int64_t rows, std::int64_t I, GateActivation act);
 
 }  // namespace evalrun::ops

@@ -6,7 +6,8 @@
 
 namespace evalrun::ops {
 
-void rms_norm_rows(const float* x, const float* w, float* out, std::int64_t rows, std::int64_t n, float eps) {
+void rms_norm_rows(const float* x, const float* w, float* out, std::int64_t rows, std::int64_t n, float eps,
+                   float weight_offset) {
   at::parallel_for(0, rows, 16, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       const float* xr = x + r * n;
@@ -15,7 +16,7 @@ void rms_norm_rows(const float* x, const float* w, float* out, std::int64_t rows
       for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i]) * xr[i];
       const float variance = static_cast<float>(sum / static_cast<double>(n));
       const float inv = 1.0f / std::sqrt(variance + eps);
-      for (std::int64_t i = 0; i < n; ++i) o[i] = w[i] * (xr[i] * inv);
+      for (std::int64_t i = 0; i < n; ++i) o[i] = (w[i] + weight_offset) * (xr[i] * inv);
     }
   });
 }

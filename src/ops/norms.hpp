@@ -5,8 +5,10 @@
 
 namespace evalrun::ops {
 
-// out[r] = w * (x[r] * rsqrt(mean(x[r]^2) + eps)) for `rows` rows of n, as LlamaRMSNorm computes it
-// in float32 (sum of squares accumulated in double). Parallel over rows.
-void rms_norm_rows(const float* x, const float* w, float* out, std::int64_t rows, std::int64_t n, float eps);
+// out[r] = (w + weight_offset) * (x[r] * rsqrt(mean(x[r]^2) + eps)) for `rows` rows of n, as
+// LlamaRMSNorm (weight_offset 0) and GemmaRMSNorm (weight_offset 1: the stored weights are offsets
+// from 1) compute it in float32 (sum of squares accumulated in double). Parallel over rows.
+void rms_norm_rows(const float* x, const float* w, float* out, std::int64_t rows, std::int64_t n, float eps,
+                   float weight_offset);
 
 }  // namespace evalrun::ops

@@ -34,7 +34,7 @@ struct DecoderTokenizer::Impl {
   std::vector<std::pair<std::string, std::int64_t>> added_longest_first;
   std::unordered_map<std::int64_t, std::string> added_content;
   std::unordered_set<std::int64_t> special;
-  bool legacy = true;
+  bool space_before_special = true;  // sentencepiece decode: LlamaTokenizer's legacy space (SlowClass)
 
   std::int64_t vocab_size() const { return hf ? hf->vocab_size() : sp ? sp->vocab_size() : bpe->vocab_size(); }
 
@@ -104,22 +104,30 @@ bool bool_key(const json& cfg, const std::string& key, const std::string& file, 
   return cfg[key].get<bool>();
 }
 
-// The tokenizer_config.json "tokenizer_class" values each slow format is read as (the "Fast" variant
-// too: without a tokenizer.json, transformers converts the same slow files). Another class reads the
-// same files its own way (Qwen2Tokenizer: vocab.json + merges.txt with its own regex and NFC;
-// GemmaTokenizer: a tokenizer.model with other rules), so it is refused rather than tokenized
-// differently. A tokenizer.json describes itself and needs no class.
-struct SlowFormat {
-  const char* kind;
-  std::vector<std::string> classes;
+// The tokenizer_config.json "tokenizer_class" values the slow readers read, one row per class (the
+// "Fast" variant too: without a tokenizer.json, transformers converts the same slow files). Another
+// class reads the same files its own way (CodeGenTokenizer, T5Tokenizer, ...), so it is refused
+// rather than tokenized differently. A tokenizer.json describes itself and needs no class.
+struct SlowClass {
+  const char* name;
+  const char* kind;  // the files it reads: "sentencepiece" (tokenizer.model) or "byte-level-bpe"
+  // LlamaTokenizer.convert_tokens_to_string writes a space when a special token follows ordinary
+  // text and legacy is true (tokenizer_config.json "legacy", default true); GemmaTokenizer._decode
+  // joins added tokens and text with nothing between.
+  // Both encode as sentencepiece.encode of the text between added tokens (legacy Llama behaviour).
+  bool legacy_space_before_special;
 };
-const SlowFormat kSlowFormats[] = {
-    {"sentencepiece", {"LlamaTokenizer"}},
-    {"byte-level-bpe", {"GPT2Tokenizer", "RobertaTokenizer"}},
+const SlowClass kSlowClasses[] = {
+    {"LlamaTokenizer", "sentencepiece", true},
+    {"GemmaTokenizer", "sentencepiece", false},
+    {"GPT2Tokenizer", "byte-level-bpe", false},
+    {"RobertaTokenizer", "byte-level-bpe", false},
 };
 
-void check_tokenizer_class(const json& tc, const std::string& kind, const std::string& file) {
-  if (!tc.contains("tokenizer_class") || tc["tokenizer_class"].is_null()) return;
+// The row of tokenizer_config.json's tokenizer_class for the slow files of `kind`; nullptr when it
+// names none (then the kind's reader is used as is, as transformers' AutoTokenizer would guess).
+const SlowClass* slow_class(const json& tc, const std::string& kind, const std::string& file) {
+  if (!tc.contains("tokenizer_class") || tc["tokenizer_class"].is_null()) return nullptr;
   if (!tc["tokenizer_class"].is_string()) throw InputError(file + ": tokenizer_class", "expected a string");
   const std::string name = tc["tokenizer_class"].get<std::string>();
   const std::string fast = "Fast";
@@ -127,16 +135,14 @@ void check_tokenizer_class(const json& tc, const std::string& kind, const std::s
       name.size() > fast.size() && name.compare(name.size() - fast.size(), fast.size(), fast) == 0
           ? name.substr(0, name.size() - fast.size())
           : name;
-  for (const auto& f : kSlowFormats) {
-    if (kind != f.kind) continue;
-    std::string list;
-    for (const auto& c : f.classes) {
-      if (c == base) return;
-      list += (list.empty() ? "" : ", ") + c;
-    }
-    throw InputError(file + ": tokenizer_class", "'" + clip_text(name) + "' is not supported for a " + kind +
-                                                     " tokenizer without tokenizer.json (supported: " + list + ")");
+  std::string list;
+  for (const auto& c : kSlowClasses) {
+    if (kind != c.kind) continue;
+    if (base == c.name) return &c;
+    list += (list.empty() ? "" : ", ") + std::string(c.name);
   }
+  throw InputError(file + ": tokenizer_class", "'" + clip_text(name) + "' is not supported for a " + kind +
+                                                   " tokenizer without tokenizer.json (supported: " + list + ")");
 }
 
 }  // namespace
@@ -189,7 +195,7 @@ DecoderTokenizer DecoderTokenizer::from_dir(const std::string& dir) {
   const fs::path tc_path = d / "tokenizer_config.json";
   const fs::path stm_path = d / "special_tokens_map.json";
   const auto tc = read_json_if_exists(tc_path, read);
-  if (tc && t.kind_ != "tokenizer.json") check_tokenizer_class(*tc, t.kind_, tc_path.string());
+  const SlowClass* cls = tc && t.kind_ != "tokenizer.json" ? slow_class(*tc, t.kind_, tc_path.string()) : nullptr;
   const auto stm = read_json_if_exists(stm_path, read);
   std::vector<fs::path> unused;  // generation/model configs are not tokenizer files: not in its sha256
   const auto gen = read_json_if_exists(d / "generation_config.json", unused);
@@ -302,7 +308,8 @@ DecoderTokenizer DecoderTokenizer::from_dir(const std::string& dir) {
   if (tc) {
     add_bos = bool_key(*tc, "add_bos_token", tc_path.string(), true);
     t.add_eos_ = bool_key(*tc, "add_eos_token", tc_path.string(), false);
-    impl->legacy = bool_key(*tc, "legacy", tc_path.string(), true);
+    impl->space_before_special =
+        bool_key(*tc, "legacy", tc_path.string(), true) && (cls == nullptr || cls->legacy_space_before_special);
   }
   t.adds_bos_ = add_bos && t.bos_ >= 0 && t.bos_ != t.eos_;
   if (impl->hf) {
@@ -397,7 +404,7 @@ std::string DecoderTokenizer::decode(const std::vector<std::int64_t>& ids, bool 
     // reproduced by fuzz_sentencepiece).
     if (added == m.added_content.end() && (id < 0 || id >= n_pieces)) continue;
     if (special || added != m.added_content.end()) {
-      if (special && !prev_special && !first && m.legacy) out += ' ';
+      if (special && !prev_special && !first && m.space_before_special) out += ' ';
       if (!run.empty()) out += m.sp->decode(run);
       run.clear();
       out += added != m.added_content.end() ? added->second : m.pieces.IdToPiece(static_cast<int>(id));

@@ -4,8 +4,9 @@
 // Model, first present wins: `tokenizer.json` (the whole pipeline it describes, see HfTokenizer and
 // docs/tokenizers.md; first, as transformers' AutoTokenizer loads the fast tokenizer), a slow class
 // transformers converts (tokenizer_config.json tokenizer_class with a row in slow_converters.cpp, e.g.
-// Qwen2Tokenizer), `tokenizer.model` (sentencepiece, as LlamaTokenizer), `vocab.json` + `merges.txt`
-// (byte-level BPE, see ByteLevelBPE). Another tokenizer_class on the slow files is an InputError.
+// Qwen2Tokenizer), `tokenizer.model` (sentencepiece, as LlamaTokenizer or GemmaTokenizer), `vocab.json` +
+// `merges.txt` (byte-level BPE, see ByteLevelBPE). Another tokenizer_class on the slow files is an
+// InputError.
 //
 // Special tokens, first source that names them wins:
 //   1. tokenizer_config.json: bos_token / eos_token / pad_token / unk_token (a string or an
@@ -48,7 +49,8 @@ class DecoderTokenizer {
 
   // ids -> text. skip_special_tokens drops bos/eos/pad/unk, every stop id and every added token
   // marked special. Otherwise special tokens are written as their text (LlamaTokenizer: with a space
-  // before a special token that follows ordinary text when legacy is true). Invalid UTF-8 from byte
+  // before a special token that follows ordinary text when legacy is true; GemmaTokenizer: never).
+  // Invalid UTF-8 from byte
   // tokens becomes U+FFFD, as transformers' decode does.
   std::string decode(const std::vector<std::int64_t>& ids, bool skip_special_tokens = true) const;
 

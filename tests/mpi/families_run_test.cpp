@@ -4,8 +4,10 @@
 // ranks with tensor_parallel = 2: identical tokens, step logits within 1e-4 of the 1-rank run; and the
 // 1-rank run against transformers' greedy tokens and step logits (reference.h5) for every prompt the
 // tokenizer encodes to the reference's ids. The Qwen2 oracle (q/k/v biases, tied embeddings) runs the
-// same way with its Qwen2Tokenizer files (converted as transformers does); tiny-qwen2 checks the
-// biased tensor-parallel split on 4 ranks too.
+// same way with its Qwen2Tokenizer files (converted as transformers does), the Gemma oracle (head_dim
+// 24 with one kv head, which tensor_parallel 2 gives to both ranks; sqrt(hidden) embedding scale,
+// (1 + w) RMSNorm, tanh GELU) with its GemmaTokenizer; tiny-qwen2 checks the biased tensor-parallel
+// split on 4 ranks too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -34,7 +36,8 @@ class FamiliesRun : public ::testing::Test {
     dir_ = make_temp_dir("evalrun-families");
     auto r = run_process(kBin + " make-model --preset tiny-qwen2 --seed 5 --out " + (dir_ / "qwen2").string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    std::ofstream(dir_ / "qwen2.toml") << "[run]\nname = \"gen\"\nthreads = 1\n[model]\npath = \"" << (dir_ / "qwen2").string()
+    // Not "qwen2.toml": oracle_layouts writes that one for the Qwen2 oracle.
+    std::ofstream(dir_ / "tiny_qwen2.toml") << "[run]\nname = \"gen\"\nthreads = 1\n[model]\npath = \"" << (dir_ / "qwen2").string()
                                        << "\"\n[task]\nkind = \"generate\"\ndataset = \"" << kSrc
                                        << "/tests/data/decoder_prompts.jsonl\"\nmax_new_tokens = 12\nbatch_size = 2\n";
   }
@@ -155,10 +158,15 @@ TEST_F(FamiliesRun, Qwen2OracleGenerationIsTheSameOnEveryLayoutAndEqualsTransfor
   oracle_layouts(*this, data, "qwen2", 1261);
 }
 
+TEST_F(FamiliesRun, GemmaOracleGenerationIsTheSameOnEveryLayoutAndEqualsTransformers) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  oracle_layouts(*this, data, "gemma", 1000);
+}
+
 TEST_F(FamiliesRun, Qwen2TensorParallelSplitsTheBiasesWithTheirColumns) {
-  const auto one = run("qwen2.toml", 1, 1);
-  const auto tp2 = run("qwen2.toml", 2, 2);
-  const auto tp2dp2 = run("qwen2.toml", 4, 2);
+  const auto one = run("tiny_qwen2.toml", 1, 1);
+  const auto tp2 = run("tiny_qwen2.toml", 2, 2);
+  const auto tp2dp2 = run("tiny_qwen2.toml", 4, 2);
   expect_same_generation(one, tp2, 1e-5F);
   expect_same_generation(one, tp2dp2, 1e-5F);
 }

@@ -33,6 +33,7 @@ class Registry : public ::testing::Test {
     make_llama_checkpoint(dir("MistralForCausalLM"), "tiny-mistral", 5, 50);
     make_llama_checkpoint(dir("Qwen2ForCausalLM"), "tiny-qwen2", 6, 50);
     make_llama_checkpoint(dir("MixtralForCausalLM"), "tiny-mixtral", 7, 50);
+    make_llama_checkpoint(dir("GemmaForCausalLM"), "tiny-gemma", 8, 50);
   }
   static void TearDownTestSuite() {
     fs::remove_all(*root_);
@@ -92,7 +93,7 @@ TEST_F(Registry, EveryRowLoadsItsArchitectureWithItsRole) {
       EXPECT_NE(load_causal_lm({dir(a.name)}), nullptr);
     }
   }
-  EXPECT_EQ(names.size(), 7u);
+  EXPECT_EQ(names.size(), 8u);
 }
 
 TEST_F(Registry, ACheckpointOfTheOtherRoleIsRefused) {
@@ -104,13 +105,13 @@ TEST_F(Registry, ACheckpointOfTheOtherRoleIsRefused) {
 }
 
 TEST_F(Registry, UnknownArchitecturesListTheSupportedOnes) {
-  const std::string d = edited("LlamaForCausalLM", "gemma", [](json& c) {
-    c["architectures"] = {"GemmaForCausalLM"};
-    c["model_type"] = "gemma";
+  const std::string d = edited("LlamaForCausalLM", "falcon", [](json& c) {
+    c["architectures"] = {"FalconForCausalLM"};
+    c["model_type"] = "falcon";
   });
   const std::string e = load_error(d, ModelRole::decoder);
   EXPECT_NE(e.find("config.json: architectures"), std::string::npos) << e;
-  EXPECT_NE(e.find("'GemmaForCausalLM' is not supported"), std::string::npos) << e;
+  EXPECT_NE(e.find("'FalconForCausalLM' is not supported"), std::string::npos) << e;
   for (const auto& a : architectures()) EXPECT_NE(e.find(a.name), std::string::npos) << e;
 }
 
@@ -161,6 +162,14 @@ TEST_F(Registry, FamilyOptionsThatAreNotImplementedAreRefused) {
       {"MixtralForCausalLM", [](json& c) { c["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}}; },
        "config.json: rope_scaling", "dynamic"},
       {"MixtralForCausalLM", [](json& c) { c["hidden_act"] = "gelu"; }, "config.json: hidden_act", "'gelu'"},
+      {"GemmaForCausalLM", [](json& c) { c["attention_bias"] = true; }, "config.json: attention_bias", "true"},
+      {"GemmaForCausalLM", [](json& c) { c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}}; },
+       "config.json: rope_scaling", "linear"},
+      {"GemmaForCausalLM", [](json& c) { c["hidden_activation"] = "relu"; }, "config.json: hidden_activation",
+       "'relu' is not supported for gemma"},
+      {"GemmaForCausalLM", [](json& c) { c.erase("num_key_value_heads"); }, "config.json: num_key_value_heads",
+       "missing"},
+      {"GemmaForCausalLM", [](json& c) { c["head_dim"] = 25; }, "config.json: head_dim", "must be even"},
   };
   int i = 0;
   for (const auto& k : cases) {
@@ -170,6 +179,12 @@ TEST_F(Registry, FamilyOptionsThatAreNotImplementedAreRefused) {
     EXPECT_NE(e.find(k.key), std::string::npos) << e;
     EXPECT_NE(e.find(k.value), std::string::npos) << e;
   }
+  // Gemma without head_dim takes GemmaConfig's 256 (not hidden_size / num_attention_heads = 16): the
+  // tensors then have the wrong shape.
+  const std::string no_head_dim = edited("GemmaForCausalLM", "gemma-no-head-dim", [](json& c) { c.erase("head_dim"); });
+  const std::string e = load_error(no_head_dim, ModelRole::decoder);
+  EXPECT_NE(e.find("model.layers.0.self_attn.q_proj.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("1024"), std::string::npos) << e;  // 4 heads x 256
   // Qwen2 with use_sliding_window true but a window that covers every position loads (no effect).
   const std::string d = edited("Qwen2ForCausalLM", "window-covers", [](json& c) { c["use_sliding_window"] = true; });
   EXPECT_EQ(load_error(d, ModelRole::decoder), "(no error)");

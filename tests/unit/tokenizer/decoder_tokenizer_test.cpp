@@ -1,6 +1,6 @@
 // DecoderTokenizer: special-id resolution from the checkpoint's JSON files (on the built-in tiny
 // byte-level BPE, no shared data needed) and the sentencepiece path against stories260K and the
-// llama-gptq oracle (Hugging Face's slow LlamaTokenizer ids and decoded texts).
+// llama-gptq and gemma oracles (Hugging Face's slow LlamaTokenizer / GemmaTokenizer ids and decoded texts).
 #include "tokenizer/decoder_tokenizer.hpp"
 
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "common/errors.hpp"
+#include "common/text.hpp"
 #include "io/hdf5_file.hpp"
 #include "test_util.hpp"
 #include "fixtures/tiny_bpe.hpp"
@@ -170,13 +171,22 @@ TEST(DecoderTokenizerSentencepiece, StopIdPastTheModelDecodesToNothing) {
   fs::remove_all(dir);
 }
 
-TEST(DecoderTokenizerSentencepiece, OnlyLlamaTokenizerReadsATokenizerModel) {
+TEST(DecoderTokenizerSentencepiece, OnlyLlamaAndGemmaTokenizerReadATokenizerModel) {
   const auto dir = testing::make_temp_dir("evalrun-dectok-spm-class");
   fs::copy_file(EVALRUN_TOK512_MODEL, dir / "tokenizer.model");
-  write(dir / "tokenizer_config.json", R"({"tokenizer_class": "LlamaTokenizerFast"})");
-  EXPECT_EQ(DecoderTokenizer::from_dir(dir.string()).kind(), "sentencepiece");
-  write(dir / "tokenizer_config.json", R"({"tokenizer_class": "GemmaTokenizer"})");
-  EXPECT_THROW(DecoderTokenizer::from_dir(dir.string()), InputError);
+  for (const char* cls : {"LlamaTokenizerFast", "GemmaTokenizer"}) {
+    write(dir / "tokenizer_config.json", std::string(R"({"tokenizer_class": ")") + cls + "\"}");
+    EXPECT_EQ(DecoderTokenizer::from_dir(dir.string()).kind(), "sentencepiece") << cls;
+  }
+  write(dir / "tokenizer_config.json", R"({"tokenizer_class": "T5Tokenizer"})");
+  try {
+    DecoderTokenizer::from_dir(dir.string());
+    ADD_FAILURE() << "T5Tokenizer was read as LlamaTokenizer";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("tokenizer_config.json: tokenizer_class"), std::string::npos) << what;
+    EXPECT_NE(what.find("(supported: LlamaTokenizer, GemmaTokenizer)"), std::string::npos) << what;
+  }
   fs::remove_all(dir);
 }
 
@@ -270,6 +280,49 @@ TEST(DecoderTokenizerOracle, Qwen2PromptsAndGeneratedTexts) {
     EXPECT_EQ(t.decode(ref.read_i64(g + "/sequence_ids"), true), ref.attr_string(g, "full_text")) << id;
   }
   EXPECT_GE(gpt2_differs, 1) << "the conversion is not what tells these ids apart";
+}
+
+// GemmaTokenizer (slow, tokenizer.model): [BOS] + sentencepiece's ids, as Hugging Face gave them on
+// the oracle/gemma prompts (leading spaces, a tab, a newline, CJK and accents among them), and the
+// generated texts. Unlike LlamaTokenizer (legacy) it writes no space before a special token.
+TEST(DecoderTokenizerOracle, GemmaPromptsAndGeneratedTexts) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  const std::string dir = data + "/oracle/gemma";
+  const auto t = DecoderTokenizer::from_dir(dir);
+  EXPECT_EQ(t.kind(), "sentencepiece");
+  EXPECT_EQ(t.bos_id(), 1);
+  EXPECT_EQ(t.eos_id(), 2);
+  EXPECT_EQ(t.unk_id(), 0);
+  EXPECT_TRUE(t.adds_bos());
+  const H5Reader ref(dir + "/reference.h5");
+  EXPECT_EQ(ref.attr_string("/", "tokenizer_class"), "GemmaTokenizer");
+  const auto ids = ref.read_strings("/ids");
+  ASSERT_EQ(ids.size(), 6u);
+  for (const auto& id : ids) {
+    const std::string g = "/samples/" + id;
+    const std::string prompt = ref.attr_string(g, "prompt");
+    EXPECT_EQ(t.encode(prompt), ref.read_i64(g + "/input_ids")) << id;
+    EXPECT_EQ(t.decode(ref.read_i64(g + "/generated_ids"), true), ref.attr_string(g, "text")) << id;
+    EXPECT_EQ(t.decode(ref.read_i64(g + "/sequence_ids"), true), ref.attr_string(g, "full_text")) << id;
+  }
+  // Special tokens kept: GemmaTokenizer._decode joins them to the text; LlamaTokenizer (the same
+  // files with its class, legacy) writes a space when a special token follows text, ahead of that
+  // text's pieces (convert_tokens_to_string's order).
+  const Ids once = t.encode_without_bos("Once upon a time");
+  Ids with_specials{1};
+  with_specials.insert(with_specials.end(), once.begin(), once.end());
+  with_specials.push_back(2);
+  EXPECT_EQ(t.decode(with_specials, false), "<s>Once upon a time</s>");
+  const fs::path as_llama = testing::make_temp_dir("evalrun-dectok-gemma-as-llama");
+  for (const char* f : {"tokenizer.model", "special_tokens_map.json"}) fs::copy_file(fs::path(dir) / f, as_llama / f);
+  std::string config = read_file(dir + "/tokenizer_config.json");
+  const std::string cls = "\"GemmaTokenizer\"";
+  config.replace(config.find(cls), cls.size(), "\"LlamaTokenizer\"");
+  write(as_llama / "tokenizer_config.json", config);
+  const auto llama = DecoderTokenizer::from_dir(as_llama.string());
+  EXPECT_EQ(llama.encode("Once upon a time"), t.encode("Once upon a time"));
+  EXPECT_EQ(llama.decode(with_specials, false), "<s> Once upon a time</s>");
+  fs::remove_all(as_llama);
 }
 
 TEST(DecoderTokenizerOracle, LlamaGptqPromptsAndGeneratedTexts) {
