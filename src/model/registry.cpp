@@ -32,6 +32,9 @@ const std::vector<Architecture>& architectures() {
       {"MistralForCausalLM", "mistral", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
       {"Qwen2ForCausalLM", "qwen2", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
       {"MixtralForCausalLM", "mixtral", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
+      {"Starcoder2ForCausalLM", "starcoder2", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
+      {"GPTBigCodeForCausalLM", "gpt_bigcode", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
+      {"GPT2LMHeadModel", "gpt2", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
   };
   return rows;
 }

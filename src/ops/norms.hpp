@@ -9,4 +9,9 @@ namespace evalrun::ops {
 // in float32 (sum of squares accumulated in double). Parallel over rows.
 void rms_norm_rows(const float* x, const float* w, float* out, std::int64_t rows, std::int64_t n, float eps);
 
+// out[r] = (x[r] - mean) * rsqrt(var + eps) * w + b for `rows` rows of n, as torch's LayerNorm
+// (biased variance; mean and variance accumulated in double). Parallel over rows.
+void layer_norm_rows(const float* x, const float* w, const float* b, float* out, std::int64_t rows, std::int64_t n,
+                     float eps);
+
 }  // namespace evalrun::ops
