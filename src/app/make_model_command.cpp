@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "app/command_line.hpp"
 #include "app/path_guard.hpp"
@@ -15,11 +16,19 @@
 #include "tokenizer/tokenizer.hpp"
 
 namespace evalrun {
+namespace {
+std::vector<std::string> all_presets() {
+  std::vector<std::string> names = roberta_presets();
+  for (const auto& n : llama_presets()) names.push_back(n);
+  return names;
+}
+}  // namespace
+
 int make_model_command(int argc, char** argv) {
   CLI::App app{"Write a deterministic random checkpoint in Hugging Face format (config.json,\n"
                "model.safetensors, tokenizer files) for demos, tests and benchmarks: RoBERTa (presets tiny,\n"
-               "roberta-base; --head qa|mlm) or Llama-family decoders (presets tiny-llama, tiny-granite, tiny-mistral,\n"
-               "tiny-qwen2, tiny-mixtral, tiny-gemma, llama-110m).",
+               "roberta-base; --head qa|mlm) or decoders (presets tiny-llama, tiny-granite, tiny-mistral,\n"
+               "tiny-qwen2, tiny-mixtral, tiny-gemma, tiny-starcoder2, tiny-gpt-bigcode, tiny-gpt2, llama-110m).",
                "evalrun make-model"};
   std::string out, head = "qa", preset = "tiny", tokenizer_from;
   std::uint64_t seed = 0;
@@ -29,11 +38,12 @@ int make_model_command(int argc, char** argv) {
       ->check(CLI::IsMember({"qa", "mlm"}));
   app.add_option("--preset", preset,
                  "tiny (RoBERTa, hidden 32, 2 layers), roberta-base (125M parameters), tiny-llama, tiny-granite, "
-                 "tiny-mistral (sliding window 8), tiny-qwen2 (q/k/v biases, tied), tiny-mixtral (4 experts, top 2), "
-                 "tiny-gemma (head_dim 24, 1 kv head, tied, tanh GELU, (1 + w) RMSNorm) "
-                 "(hidden 64, 2 layers, GQA), llama-110m (hidden 768, 12 layers, vocab 32000)")
-      ->check(CLI::IsMember({"tiny", "roberta-base", "tiny-llama", "tiny-granite", "tiny-mistral", "tiny-qwen2",
-                             "tiny-mixtral", "tiny-gemma", "llama-110m"}));
+                 "tiny-mistral (sliding window 8), tiny-qwen2 (q/k/v biases, tied), tiny-mixtral (4 experts, top 2) "
+                 "(hidden 64, 2 layers, GQA), tiny-gemma (head_dim 24, 1 kv head, tied, tanh GELU, (1 + w) RMSNorm), "
+                 "tiny-starcoder2 (LayerNorm, biases, sliding window 8), "
+                 "tiny-gpt-bigcode (multi-query, learned positions), tiny-gpt2 (Conv1D weights, learned positions), "
+                 "llama-110m (hidden 768, 12 layers, vocab 32000)")
+      ->check(CLI::IsMember(all_presets()));
   app.add_option("--seed", seed, "random seed of the weights");
   app.add_option("--tokenizer-from", tokenizer_from,
                  "copy vocab.json/merges.txt (and special-token files) from this directory instead of "
@@ -79,6 +89,9 @@ int make_model_command(int argc, char** argv) {
   gptq_settings.v2 = gptq_format == "gptq_v2";
   if (gptq && group_size != -1 && group_size <= 0) {
     throw InputError("--group-size", "must be -1 or positive, got " + std::to_string(group_size));
+  }
+  if ((gptq || fp8) && preset == "tiny-gpt2") {
+    throw InputError(gptq ? "--gptq" : "--fp8", "tiny-gpt2's Conv1D layers have no quantized format in evalrun");
   }
   auto quantize = [&] {
     if (gptq) {

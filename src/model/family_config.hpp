@@ -28,8 +28,29 @@ void read_mixtral_config(const nlohmann::json& j, const std::string& path, Llama
 // transformers 4.39 does), tied embeddings by default, the sqrt(hidden_size) embedding scale and the
 // (1 + w) RMSNorm; rope_scaling must be null.
 void read_gemma_config(const nlohmann::json& j, const std::string& path, LlamaConfig& c);
+// Starcoder2ForCausalLM (starcoder2_config.cpp): LayerNorm (norm_epsilon), a plain GELU MLP
+// (hidden_act), biases on every projection (use_bias), sliding_window (null: none), tied embeddings
+// by default; rope_scaling must be null, head_dim (if given) hidden_size / num_attention_heads.
+void read_starcoder2_config(const nlohmann::json& j, const std::string& path, LlamaConfig& c);
+
+// GPT2LMHeadModel (gpt2_config.cpp) and GPTBigCodeForCausalLM (gpt_bigcode_config.cpp): every field,
+// from GPT-2's key names (n_embd, n_head, n_layer, n_inner, n_positions, layer_norm_epsilon,
+// activation_function); learned positions, LayerNorm, biased projections, a plain GELU MLP, tied
+// embeddings. GPT-2: Conv1D weights, q|k|v fused; scale_attn_by_inverse_layer_idx,
+// reorder_and_upcast_attn and add_cross_attention true are refused. GPTBigCode: multi_query (one
+// key/value head), nn.Linear weights; multi_query false and attention_softmax_in_fp32 false are refused.
+void read_gpt2_config(const nlohmann::json& j, const std::string& path, LlamaConfig& c);
+void read_gpt_bigcode_config(const nlohmann::json& j, const std::string& path, LlamaConfig& c);
+// What the two share (gpt2_config.cpp): the dimensions and the layer structure.
+void read_gpt2_style_keys(const nlohmann::json& j, const std::string& path, LlamaConfig& c);
+
+// The plain MLP's activation from a config.json key: gelu_pytorch_tanh and gelu_new (both the tanh
+// approximation); anything else is refused, naming the key.
+LlamaConfig::Mlp gelu_mlp(const std::string& act, const std::string& path, const char* key);
 
 // A rope_scaling other than null (or type "default") for a family without rope scaling.
 void refuse_rope_scaling(const nlohmann::json& j, const std::string& path, const char* family);
+// A head_dim other than hidden_size / num_attention_heads for a family that does not read the key.
+void refuse_head_dim(const nlohmann::json& j, const std::string& path, const LlamaConfig& c, const char* family);
 
 }  // namespace evalrun::model

@@ -41,6 +41,15 @@
 // the embeddings by sqrt(hidden_size), normalizes with (1 + w) (ops::rms_norm_rows' weight offset;
 // the norm weights are replicated, so tensor parallelism is unchanged) and gates its MLP with the
 // tanh GELU (ops::GateActivation); all three are LlamaConfig fields its config reader sets.
+// sum of the experts' partial outputs needs one all-reduce per layer, as the dense MLP does.
+// StarCoder2 swaps RMSNorm for LayerNorm (weight and bias), the gated MLP for a plain one (c_fc ->
+// tanh GELU -> c_proj, held in the gate_up / down slots) and has biases on every projection (the
+// row-parallel o / down biases are added by rank 0 of the group only). GPT-2 and GPTBigCode add
+// learned absolute positions (wpe, no RoPE) and the GPT-2 checkpoint layout: the fused c_attn is cut
+// into its q, k and v columns at load (each rank reads its heads' columns of each), GPT-2's Conv1D
+// weights [in, out] are transposed at load, and GPTBigCode's single multi-query key/value head is
+// replicated on every rank of a tensor-parallel group (the existing "each rank holds the kv head its
+// query heads share" case).
 //
 // Masking: a query attends to key j when key_mask[j] == 1 and j is not after the query. HF adds the
 // dtype's lowest value to masked scores, which makes their probabilities exactly 0 whenever one key is
@@ -84,9 +93,10 @@ namespace fs = std::filesystem;
 struct DecoderLayer {
   quant::LinearPtr qkv;      // (nh + 2 nkv) d outputs: q | k | v
   quant::LinearPtr o;        // nh d -> H
-  quant::LinearPtr gate_up;  // 2 I outputs: gate | up
+  quant::LinearPtr gate_up;  // 2 I outputs: gate | up; a plain MLP's c_fc: I outputs
   quant::LinearPtr down;     // I -> H
   Tensor attn_norm, mlp_norm;  // [H]
+  Tensor attn_norm_b, mlp_norm_b;  // LayerNorm biases [H] (undefined with RMSNorm)
   // Mixtral: the router [E, H] (kept float, replicated) and per expert w1 | w3 and w2, in place of
   // gate_up and down (null then).
   struct Expert {
@@ -122,6 +132,43 @@ Tensor rope_inv_freq(const LlamaConfig& c) {
   return torch::where(medium, smoothed, scaled).contiguous();
 }
 
+// Checkpoint prefixes of layer i's tensors (gate empty for a plain MLP, q/k/v empty when fused in qkv).
+struct LayerNames {
+  std::string prefix, attn_norm, q, k, v, qkv, o, mlp_norm, gate, up, down;
+};
+
+LayerNames layer_names(const LlamaConfig& c, std::int64_t i) {
+  LayerNames n;
+  if (c.gpt2_layout) {
+    const std::string p = "transformer.h." + std::to_string(i) + ".";
+    n.prefix = p;
+    n.attn_norm = p + "ln_1";
+    n.qkv = p + "attn.c_attn";
+    n.o = p + "attn.c_proj";
+    n.mlp_norm = p + "ln_2";
+    n.up = p + "mlp.c_fc";
+    n.down = p + "mlp.c_proj";
+    return n;
+  }
+  const std::string p = "model.layers." + std::to_string(i) + ".";
+  n.prefix = p;
+  n.attn_norm = p + "input_layernorm";
+  n.q = p + "self_attn.q_proj";
+  n.k = p + "self_attn.k_proj";
+  n.v = p + "self_attn.v_proj";
+  n.o = p + "self_attn.o_proj";
+  n.mlp_norm = p + "post_attention_layernorm";
+  if (c.mlp == LlamaConfig::Mlp::gated) {
+    n.gate = p + "mlp.gate_proj";
+    n.up = p + "mlp.up_proj";
+    n.down = p + "mlp.down_proj";
+  } else {  // StarCoder2
+    n.up = p + "mlp.c_fc";
+    n.down = p + "mlp.c_proj";
+  }
+  return n;
+}
+
 struct LlamaCache final : KvCache {
   LlamaCache(std::int64_t batch, std::int64_t capacity) : KvCache(batch, capacity) {}
   void advance(std::int64_t n) { length_ += n; }
@@ -134,9 +181,10 @@ struct LlamaModel::Impl : model::Weights {
   using Cache = LlamaCache;
   LlamaConfig cfg;
 
-  Tensor embed;       // [V, H]
-  Tensor lm_head;     // [V, H] (tied: the embeddings)
-  Tensor final_norm;  // [H]
+  Tensor embed;         // [V, H]
+  Tensor positions_emb;  // learned positions [max_position_embeddings, H] (undefined with RoPE)
+  Tensor lm_head;       // [V, H] (tied: the embeddings)
+  Tensor final_norm, final_norm_b;  // [H] (the bias: LayerNorm only)
   std::vector<DecoderLayer> layers;
   Tensor inv_freq;  // float32 [d / 2]
 
@@ -175,8 +223,9 @@ struct LlamaModel::Impl : model::Weights {
   // RMSNorm's weight offset: Gemma scales by (1 + w).
   float norm_offset() const { return cfg.norm_weight_plus_one ? 1.0f : 0.0f; }
   float attention_scale() const {
-    // Granite multiplies the scores by attention_multiplier; Llama divides them by sqrt(head_dim).
-    if (cfg.model_type == "granite") return static_cast<float>(cfg.attention_multiplier);
+    // Granite multiplies the scores by attention_multiplier (GPT-2 without scale_attn_weights by 1);
+    // the others divide them by sqrt(head_dim).
+    if (cfg.attention_multiplier != 0.0) return static_cast<float>(cfg.attention_multiplier);
     return static_cast<float>(1.0 / std::sqrt(static_cast<double>(cfg.head_dim)));
   }
 
@@ -202,6 +251,11 @@ struct LlamaModel::Impl : model::Weights {
                                           std::to_string(cfg.vocab_size) + ")");
       }
       if (positions[i] < 0) throw std::invalid_argument("LlamaModel::forward: negative position");
+      if (cfg.learned_positions && positions[i] >= cfg.max_position_embeddings) {
+        throw InputError("input positions", "position " + std::to_string(positions[i]) + " at [" + std::to_string(i / seq) +
+                                                ", " + std::to_string(i % seq) + "] is past the learned position table (" +
+                                                std::to_string(cfg.max_position_embeddings) + " positions)");
+      }
     }
   }
 
@@ -215,6 +269,16 @@ struct LlamaModel::Impl : model::Weights {
   }
 
   // ---- float32 + sgemm path ------------------------------------------------------------------
+
+  // The configured norm of M rows of x into out: RMSNorm, or LayerNorm with bias b.
+  void norm_rows(const float* x, const Tensor& w, const Tensor& b, float* out, std::int64_t M) const {
+    const float eps = static_cast<float>(cfg.norm_eps);
+    if (cfg.norm == LlamaConfig::Norm::layer) {
+      ops::layer_norm_rows(x, w.data_ptr<float>(), b.data_ptr<float>(), out, M, cfg.hidden_size, eps);
+    } else {
+      ops::rms_norm_rows(x, w.data_ptr<float>(), out, M, cfg.hidden_size, eps, norm_offset());
+    }
+  }
 
   // Attention of one layer: rotated q in qkv (row stride W), keys / values already in the cache.
   void attention_fast(const float* qkv, std::int64_t W, const Cache& cache, std::size_t layer,
@@ -245,7 +309,6 @@ struct LlamaModel::Impl : model::Weights {
     const std::int64_t nh = heads, nkv = kv_heads, half = d / 2;
     const std::int64_t qw = q_width(), kvw = kv_width(), W = qw + 2 * kvw, cap = cache.capacity();
     const std::int64_t len0 = cache.length();
-    const float eps = static_cast<float>(c.rms_norm_eps);
     const float rm = static_cast<float>(c.residual_multiplier);
 
     Tensor xt = buf_x.get({M, H}, torch::kFloat32);
@@ -260,14 +323,19 @@ struct LlamaModel::Impl : model::Weights {
       } else {
         for (std::int64_t i = 0; i < H; ++i) xr[i] = e[i] * em;
       }
+      if (c.learned_positions) {  // GPT-2: wte + wpe
+        const float* pe = positions_emb.data_ptr<float>() + positions[m] * H;
+        for (std::int64_t i = 0; i < H; ++i) xr[i] += pe[i];
+      }
     }
     auto keep = [&](const float* p) {
       if (hidden != nullptr) hidden->emplace_back(p, p + M * H);
     };
     keep(x);
 
-    float *cos, *sin;
-    rope_tables(positions, M, cos, sin);
+    float *cos = nullptr, *sin = nullptr;
+    const bool rope = !c.learned_positions;
+    if (rope) rope_tables(positions, M, cos, sin);
     float* a = buf_a.get({M, H}, torch::kFloat32).data_ptr<float>();
     float* qkv = buf_qkv.get({M, W}, torch::kFloat32).data_ptr<float>();
     float* ctx = buf_ctx.get({M, qw}, torch::kFloat32).data_ptr<float>();
@@ -276,7 +344,7 @@ struct LlamaModel::Impl : model::Weights {
 
     for (std::size_t l = 0; l < layers.size(); ++l) {
       const DecoderLayer& L = layers[l];
-      ops::rms_norm_rows(x, L.attn_norm.data_ptr<float>(), a, M, H, eps, norm_offset());
+      norm_rows(x, L.attn_norm, L.attn_norm_b, a, M);
       L.qkv->forward(a, M, H, qkv, W, 1.0f, 0.0f);
       // Rotate q and k, and store k and v in the cache.
       float* kc = cache.k[l].data_ptr<float>();
@@ -284,9 +352,11 @@ struct LlamaModel::Impl : model::Weights {
       at::parallel_for(0, M, 16, [&](std::int64_t m0, std::int64_t m1) {
         for (std::int64_t m = m0; m < m1; ++m) {
           float* row = qkv + m * W;
-          const float* cm = cos + m * half;
-          const float* sm = sin + m * half;
-          for (std::int64_t h = 0; h < nh + nkv; ++h) ops::rope_rotate_head(row + h * d, cm, sm, half);
+          if (rope) {
+            const float* cm = cos + m * half;
+            const float* sm = sin + m * half;
+            for (std::int64_t h = 0; h < nh + nkv; ++h) ops::rope_rotate_head(row + h * d, cm, sm, half);
+          }
           const std::int64_t b = m / seq, pos = len0 + m % seq;
           for (std::int64_t j = 0; j < nkv; ++j) {
             std::memcpy(kc + ((b * nkv + j) * cap + pos) * d, row + qw + j * d, sizeof(float) * d);
@@ -298,9 +368,13 @@ struct LlamaModel::Impl : model::Weights {
       // x += rm * (ctx @ W_o): HF adds residual + out * residual_multiplier.
       row_parallel(*L.o, ctx, M, qw, x, H, rm);
 
-      ops::rms_norm_rows(x, L.mlp_norm.data_ptr<float>(), a, M, H, eps, norm_offset());
+      norm_rows(x, L.mlp_norm, L.mlp_norm_b, a, M);
       if (!L.experts.empty()) {
         moe_fast(L, a, M, x, gu, act, rm);
+      } else if (c.mlp == LlamaConfig::Mlp::gelu_tanh) {  // c_proj(gelu(c_fc a))
+        L.gate_up->forward(a, M, H, act, I, 1.0f, 0.0f);
+        ops::gelu_tanh_rows(act, M, I, I);
+        row_parallel(*L.down, act, M, I, x, H, rm);
       } else {
         L.gate_up->forward(a, M, H, gu, 2 * I, 1.0f, 0.0f);
         ops::gated_activation_rows(gu, act, M, I, c.mlp_activation);
@@ -364,10 +438,16 @@ struct LlamaModel::Impl : model::Weights {
 
   // ---- torch path (bfloat16, or float32 without oneDNN) ------------------------------------
 
-  Tensor rms_norm_t(const Tensor& x, const Tensor& w) const {
+  // LlamaRMSNorm, or nn.LayerNorm (computed in float32 around torch's bfloat16 kernel, as
+  // RobertaModel does: the same values, much faster on the CPU).
+  Tensor norm_t(const Tensor& x, const Tensor& w, const Tensor& b) const {
     Tensor xf = x.to(torch::kFloat32);
+    if (cfg.norm == LlamaConfig::Norm::layer) {
+      return at::layer_norm(xf, {cfg.hidden_size}, w.to(torch::kFloat32), b.to(torch::kFloat32), cfg.norm_eps)
+          .to(x.scalar_type());
+    }
     Tensor variance = xf.pow(2).mean(-1, true);
-    Tensor normed = xf * torch::rsqrt(variance + cfg.rms_norm_eps);
+    Tensor normed = xf * torch::rsqrt(variance + cfg.norm_eps);
     // GemmaRMSNorm scales in float32 and casts after; LlamaRMSNorm casts, then scales in the dtype.
     if (cfg.norm_weight_plus_one) return (normed * (1.0 + w.to(torch::kFloat32))).to(x.scalar_type());
     return w * normed.to(x.scalar_type());
@@ -408,12 +488,17 @@ struct LlamaModel::Impl : model::Weights {
     } else if (c.embedding_multiplier != 1.0) {
       x = x * c.embedding_multiplier;
     }
+    Tensor pos = torch::from_blob(const_cast<std::int64_t*>(positions), {batch, seq}, torch::kInt64);
+    if (c.learned_positions) x = x + positions_emb.index_select(0, pos.reshape({M}));  // GPT-2: wte + wpe
     keep(x);
 
-    Tensor pos = torch::from_blob(const_cast<std::int64_t*>(positions), {batch, seq}, torch::kInt64);
-    Tensor freqs = pos.to(torch::kFloat32).unsqueeze(-1) * inv_freq.view({1, 1, -1});  // [B, L, d/2]
-    Tensor emb = torch::cat({freqs, freqs}, -1).unsqueeze(1);                        // [B, 1, L, d]
-    Tensor cos = emb.cos().to(st), sin = emb.sin().to(st);
+    Tensor cos, sin;
+    if (!c.learned_positions) {
+      Tensor freqs = pos.to(torch::kFloat32).unsqueeze(-1) * inv_freq.view({1, 1, -1});  // [B, L, d/2]
+      Tensor emb = torch::cat({freqs, freqs}, -1).unsqueeze(1);                        // [B, 1, L, d]
+      cos = emb.cos().to(st);
+      sin = emb.sin().to(st);
+    }
 
     // Additive mask [B, 1, L, T] in float32: 0 where allowed, float's lowest elsewhere.
     Tensor km = torch::from_blob(const_cast<std::int64_t*>(key_mask), {batch, 1, 1, T}, torch::kInt64);
@@ -429,13 +514,15 @@ struct LlamaModel::Impl : model::Weights {
 
     for (std::size_t l = 0; l < layers.size(); ++l) {
       const DecoderLayer& L = layers[l];
-      Tensor a = rms_norm_t(x, L.attn_norm);
+      Tensor a = norm_t(x, L.attn_norm, L.attn_norm_b);
       Tensor qkv = at::linear(a, weight_of(L.qkv), bias_of(L.qkv));
       Tensor q = qkv.narrow(1, 0, qw).view({batch, seq, nh, d}).transpose(1, 2);
       Tensor k = qkv.narrow(1, qw, kvw).view({batch, seq, nkv, d}).transpose(1, 2);
       Tensor v = qkv.narrow(1, qw + kvw, kvw).view({batch, seq, nkv, d}).transpose(1, 2);
-      q = q * cos + rotate_half(q) * sin;
-      k = k * cos + rotate_half(k) * sin;
+      if (cos.defined()) {
+        q = q * cos + rotate_half(q) * sin;
+        k = k * cos + rotate_half(k) * sin;
+      }
       cache.k[l].narrow(2, len0, seq).copy_(k);
       cache.v[l].narrow(2, len0, seq).copy_(v);
       Tensor keys = cache.k[l].narrow(2, 0, T), values = cache.v[l].narrow(2, 0, T);
@@ -444,7 +531,7 @@ struct LlamaModel::Impl : model::Weights {
         values = values.unsqueeze(2).expand({batch, nkv, groups, T, d}).reshape({batch, nh, T, d});
       }
       Tensor scores = at::matmul(q, keys.transpose(2, 3));
-      if (c.model_type == "granite") {
+      if (c.attention_multiplier != 0.0) {
         scores = scores * c.attention_multiplier;
       } else {
         scores = scores / std::sqrt(static_cast<double>(d));
@@ -452,17 +539,19 @@ struct LlamaModel::Impl : model::Weights {
       Tensor probs = torch::softmax(scores.to(torch::kFloat32) + mask_add, -1).to(st);
       Tensor ctx = at::matmul(probs, values) * any_allowed;  // [B, nh, L, d]
       ctx = ctx.transpose(1, 2).reshape({M, qw});
-      Tensor o = summed(at::linear(ctx, weight_of(L.o)));
+      Tensor o = summed(at::linear(ctx, weight_of(L.o), bias_of(L.o)));
       x = c.residual_multiplier == 1.0 ? x + o : x + o * c.residual_multiplier;
 
-      a = rms_norm_t(x, L.mlp_norm);
+      a = norm_t(x, L.mlp_norm, L.mlp_norm_b);
       Tensor down;
       if (!L.experts.empty()) {
         down = summed(moe_torch(L, a));
       } else {
-        Tensor gu = at::linear(a, weight_of(L.gate_up));
-        Tensor act = gate_activation(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
-        down = summed(at::linear(act, weight_of(L.down)));
+        Tensor gu = at::linear(a, weight_of(L.gate_up), bias_of(L.gate_up));
+        Tensor act = c.mlp == LlamaConfig::Mlp::gelu_tanh
+                         ? at::gelu(gu, "tanh")
+                         : gate_activation(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
+        down = summed(at::linear(act, weight_of(L.down), bias_of(L.down)));
       }
       x = c.residual_multiplier == 1.0 ? x + down : x + down * c.residual_multiplier;
       if (l + 1 < layers.size()) keep(x);
@@ -488,29 +577,39 @@ struct LlamaModel::Impl : model::Weights {
   std::vector<model::LinearSlot> slots() override {
     std::vector<model::LinearSlot> out;
     for (std::size_t i = 0; i < layers.size(); ++i) {
-      const std::string p = "model.layers." + std::to_string(i) + ".";
+      const LayerNames n = layer_names(cfg, static_cast<std::int64_t>(i));
       DecoderLayer& L = layers[i];
-      out.push_back({{p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"},
-                     {q_width(), kv_width(), kv_width()}, &L.qkv});
-      out.push_back({{p + "self_attn.o_proj"}, {cfg.hidden_size}, &L.o});
+      if (!n.qkv.empty()) {
+        out.push_back({{n.qkv}, {q_width() + 2 * kv_width()}, &L.qkv});  // GPT-2's fused c_attn
+      } else {
+        out.push_back({{n.q, n.k, n.v}, {q_width(), kv_width(), kv_width()}, &L.qkv});
+      }
+      out.push_back({{n.o}, {cfg.hidden_size}, &L.o});
       for (std::size_t e = 0; e < L.experts.size(); ++e) {
-        const std::string x = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+        const std::string x = n.prefix + "block_sparse_moe.experts." + std::to_string(e) + ".";
         out.push_back({{x + "w1", x + "w3"}, {inter, inter}, &L.experts[e].gate_up});
         out.push_back({{x + "w2"}, {cfg.hidden_size}, &L.experts[e].down});
       }
       if (!L.experts.empty()) continue;
-      out.push_back({{p + "mlp.gate_proj", p + "mlp.up_proj"}, {inter, inter}, &L.gate_up});
-      out.push_back({{p + "mlp.down_proj"}, {cfg.hidden_size}, &L.down});
+      if (n.gate.empty()) {
+        out.push_back({{n.up}, {inter}, &L.gate_up});
+      } else {
+        out.push_back({{n.gate, n.up}, {inter, inter}, &L.gate_up});
+      }
+      out.push_back({{n.down}, {cfg.hidden_size}, &L.down});
     }
     return out;
   }
 
   std::vector<const Tensor*> tensors() const override {
     std::vector<const Tensor*> out{&embed, &final_norm, &lm_head};
+    for (const Tensor* t : {&positions_emb, &final_norm_b}) {
+      if (t->defined()) out.push_back(t);
+    }
     for (const auto& L : layers) {
-      out.push_back(&L.attn_norm);
-      out.push_back(&L.mlp_norm);
-      if (L.router.defined()) out.push_back(&L.router);
+      for (const Tensor* t : {&L.attn_norm, &L.mlp_norm, &L.attn_norm_b, &L.mlp_norm_b, &L.router}) {
+        if (t->defined()) out.push_back(t);
+      }
     }
     return out;
   }
@@ -523,7 +622,7 @@ struct LlamaModel::Impl : model::Weights {
     return x;
   }
 
-  // Final RMSNorm of the selected rows of x [M, H] (all rows when rows is empty) in the compute dtype.
+  // Final norm of the selected rows of x [M, H] (all rows when rows is empty) in the compute dtype.
   Tensor final_normed(const Tensor& x, const std::vector<std::int64_t>& rows) {
     const std::int64_t H = cfg.hidden_size;
     if (use_sgemm) {
@@ -536,8 +635,7 @@ struct LlamaModel::Impl : model::Weights {
         }
       }
       Tensor out = rows.empty() ? buf_final.get({R, H}, torch::kFloat32) : buf_final.get({2, R, H}, torch::kFloat32)[1];
-      ops::rms_norm_rows(sel.data_ptr<float>(), final_norm.data_ptr<float>(), out.data_ptr<float>(), R, H,
-                         static_cast<float>(cfg.rms_norm_eps), norm_offset());
+      norm_rows(sel.data_ptr<float>(), final_norm, final_norm_b, out.data_ptr<float>(), R);
       return out;
     }
     Tensor sel = x;
@@ -545,7 +643,7 @@ struct LlamaModel::Impl : model::Weights {
       Tensor idx = torch::tensor(rows, torch::kInt64);
       sel = x.index_select(0, idx);
     }
-    return rms_norm_t(sel, final_norm);
+    return norm_t(sel, final_norm, final_norm_b);
   }
 
   // logits [R, V] float32 = h [R, H] @ lm_head^T / logits_scaling.
@@ -615,50 +713,74 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const ModelLoad& how_to) {
     used.insert(name);
     return model::read_tensor(ckpt, name, shape, m.st, half);
   };
-  const model::LinearLoad how{ckpt, m.quant, m.st, half, m.use_sgemm, used};
+  const model::LinearLoad how{ckpt, m.quant, m.st, half, m.use_sgemm, used, c.conv1d};
+  const bool layer_norm = c.norm == LlamaConfig::Norm::layer;
 
-  m.embed = take("model.embed_tokens.weight", {V, H});
-  m.final_norm = take("model.norm.weight", {H});
+  const std::string top = c.gpt2_layout ? "transformer." : "model.";
+  m.embed = take(top + (c.gpt2_layout ? "wte.weight" : "embed_tokens.weight"), {V, H});
+  if (c.learned_positions) m.positions_emb = take(top + "wpe.weight", {c.max_position_embeddings, H});
+  const std::string final_norm = top + (c.gpt2_layout ? "ln_f" : "norm");
+  m.final_norm = take(final_norm + ".weight", {H});
+  if (layer_norm) m.final_norm_b = take(final_norm + ".bias", {H});
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const LayerNames n = layer_names(c, i);
     DecoderLayer L;
     auto linear = [&](const std::string& name, std::int64_t in, std::int64_t out, const quant::Shard& shard,
-                      bool bias = false) {
-      return model::load_linear(how, p + name, in, out, bias, shard);
-    };
+                      bool bias) { return model::load_linear(how, name, in, out, bias, shard); };
     std::vector<quant::LinearPtr> qkv, gate_up;
-    // Qwen2's q/k/v biases are column-parallel like their weights: each rank reads its outputs' part.
-    qkv.push_back(linear("self_attn.q_proj", H, qw, column(h0 * d, m.heads * d), c.qkv_bias));
-    qkv.push_back(linear("self_attn.k_proj", H, kvw, column(kv0 * d, m.kv_heads * d), c.qkv_bias));
-    qkv.push_back(linear("self_attn.v_proj", H, kvw, column(kv0 * d, m.kv_heads * d), c.qkv_bias));
+    // Biases (Qwen2's q/k/v, StarCoder2's and GPT-2's everywhere) are column-parallel like their
+    // weights: each rank reads its outputs' part.
+    const bool qkv_bias = c.qkv_bias || c.attention_bias;
+    if (!n.qkv.empty()) {
+      // The fused c_attn [q | k | v]: this rank's columns of each part, always cut out (T = 1 too).
+      const std::int64_t fused = qw + 2 * kvw;
+      for (const std::int64_t begin : {h0 * d, qw + kv0 * d, qw + kvw + kv0 * d}) {
+        const std::int64_t width = begin < qw ? m.heads * d : m.kv_heads * d;
+        qkv.push_back(linear(n.qkv, H, fused, quant::Shard::columns(begin, begin + width), qkv_bias));
+      }
+    } else {
+      qkv.push_back(linear(n.q, H, qw, column(h0 * d, m.heads * d), qkv_bias));
+      qkv.push_back(linear(n.k, H, kvw, column(kv0 * d, m.kv_heads * d), qkv_bias));
+      qkv.push_back(linear(n.v, H, kvw, column(kv0 * d, m.kv_heads * d), qkv_bias));
+    }
     L.qkv = quant::concat_outputs(std::move(qkv));
-    L.o = linear("self_attn.o_proj", qw, H, row(h0 * d, m.heads * d));
+    L.o = linear(n.o, qw, H, row(h0 * d, m.heads * d), c.attention_bias);
     if (c.num_experts > 0) {
       // Mixtral: the router stays float and whole; each expert splits like the dense MLP.
-      L.router = take(p + "block_sparse_moe.gate.weight", {c.num_experts, H});
+      L.router = take(n.prefix + "block_sparse_moe.gate.weight", {c.num_experts, H});
       for (std::int64_t e = 0; e < c.num_experts; ++e) {
-        const std::string x = "block_sparse_moe.experts." + std::to_string(e) + ".";
+        const std::string x = n.prefix + "block_sparse_moe.experts." + std::to_string(e) + ".";
         DecoderLayer::Expert ex;
         std::vector<quant::LinearPtr> w13;
-        w13.push_back(linear(x + "w1", H, I, column(i0, m.inter)));
-        w13.push_back(linear(x + "w3", H, I, column(i0, m.inter)));
+        w13.push_back(linear(x + "w1", H, I, column(i0, m.inter), false));
+        w13.push_back(linear(x + "w3", H, I, column(i0, m.inter), false));
         ex.gate_up = quant::concat_outputs(std::move(w13));
-        ex.down = linear(x + "w2", I, H, row(i0, m.inter));
+        ex.down = linear(x + "w2", I, H, row(i0, m.inter), false);
         if (T > 1) ex.down->set_row_group(m.tp);
         L.experts.push_back(std::move(ex));
       }
     } else {
-      gate_up.push_back(linear("mlp.gate_proj", H, I, column(i0, m.inter)));
-      gate_up.push_back(linear("mlp.up_proj", H, I, column(i0, m.inter)));
+      if (!n.gate.empty()) gate_up.push_back(linear(n.gate, H, I, column(i0, m.inter), c.mlp_bias));
+      gate_up.push_back(linear(n.up, H, I, column(i0, m.inter), c.mlp_bias));
       L.gate_up = quant::concat_outputs(std::move(gate_up));
-      L.down = linear("mlp.down_proj", I, H, row(i0, m.inter));
+      L.down = linear(n.down, I, H, row(i0, m.inter), c.mlp_bias);
       if (T > 1) L.down->set_row_group(m.tp);
     }
     if (T > 1) L.o->set_row_group(m.tp);
-    L.attn_norm = take(p + "input_layernorm.weight", {H});
-    L.mlp_norm = take(p + "post_attention_layernorm.weight", {H});
+    L.attn_norm = take(n.attn_norm + ".weight", {H});
+    L.mlp_norm = take(n.mlp_norm + ".weight", {H});
+    if (layer_norm) {
+      L.attn_norm_b = take(n.attn_norm + ".bias", {H});
+      L.mlp_norm_b = take(n.mlp_norm + ".bias", {H});
+    }
     m.layers.push_back(std::move(L));
-    used.insert(p + "self_attn.rotary_emb.inv_freq");  // saved by old transformers versions; recomputed
+    // Buffers some transformers versions save: recomputed (rotary inv_freq) or the causal mask
+    // (GPT-2's attn.bias / attn.masked_bias), not weights.
+    used.insert(n.prefix + "self_attn.rotary_emb.inv_freq");
+    if (c.gpt2_layout) {
+      used.insert(n.prefix + "attn.bias");
+      used.insert(n.prefix + "attn.masked_bias");
+    }
   }
   if (c.tie_word_embeddings) {
     // HF re-ties after loading: a saved lm_head.weight is ignored (its shape is still checked).
@@ -670,7 +792,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const ModelLoad& how_to) {
   for (const auto& name : ckpt.names()) {
     if (!used.count(name)) throw InputError(ckpt.dir() + ": tensor '" + name + "'", "unexpected tensor for this architecture");
   }
-  m.inv_freq = rope_inv_freq(c);
+  if (!c.learned_positions) m.inv_freq = rope_inv_freq(c);
   return std::unique_ptr<LlamaModel>(new LlamaModel(std::move(impl)));
 }
 
@@ -690,7 +812,7 @@ ModelDims dims_from(const LlamaConfig& c, const std::string& path) {
           .head_dim = c.head_dim,
           .vocab = c.vocab_size,
           .max_positions = c.max_position_embeddings,
-          .rotary = true};
+          .rotary = !c.learned_positions};
 }
 }  // namespace
 

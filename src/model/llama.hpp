@@ -1,5 +1,6 @@
 // Llama-family decoders (LlamaForCausalLM, GraniteForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
-// MixtralForCausalLM, GemmaForCausalLM) loaded from a Hugging Face checkpoint
+// MixtralForCausalLM, GemmaForCausalLM, Starcoder2ForCausalLM, GPTBigCodeForCausalLM, GPT2LMHeadModel)
+// loaded from a Hugging Face checkpoint
 // directory and run on the CPU with libtorch, with a key/value cache for greedy generation. Numerics
 // follow transformers' eager implementation. Torch stays behind a pimpl: this header is plain C++.
 #pragma once
@@ -18,7 +19,7 @@ namespace evalrun {
 // Unsupported fields with non-default values (e.g. a rope_scaling type other than "llama3",
 // attention_bias / mlp_bias = true when not implemented, hidden_act other than silu) are errors.
 struct LlamaConfig {
-  std::string model_type;  // "llama", "granite", "mistral", "qwen2", "mixtral" or "gemma"
+  std::string model_type;  // "llama", "granite", "mistral", "qwen2", "mixtral", "gemma", "starcoder2", "gpt_bigcode", "gpt2"
   std::vector<std::string> architectures;
   std::int64_t vocab_size = 0;
   std::int64_t hidden_size = 0;
@@ -28,7 +29,10 @@ struct LlamaConfig {
   std::int64_t num_key_value_heads = 0;
   std::int64_t head_dim = 0;  // hidden_size / num_attention_heads unless config.json sets it
   std::int64_t max_position_embeddings = 0;
-  double rms_norm_eps = 1e-6;
+  // RMSNorm (Llama) or LayerNorm with weight and bias (StarCoder2, GPT-2, GPTBigCode), eps norm_eps.
+  enum class Norm { rms, layer };
+  Norm norm = Norm::rms;
+  double norm_eps = 1e-6;
   double rope_theta = 10000.0;
   // rope_scaling {"rope_type"/"type": "llama3", factor, low_freq_factor, high_freq_factor,
   // original_max_position_embeddings}; rope_type "" = none.
@@ -36,8 +40,22 @@ struct LlamaConfig {
   double rope_factor = 1.0, rope_low_freq_factor = 1.0, rope_high_freq_factor = 4.0;
   std::int64_t rope_original_max_position_embeddings = 8192;
   bool tie_word_embeddings = false;
+  // Biases on q/k/v/o (StarCoder2 use_bias, GPT-2) and on the MLP's projections.
   bool attention_bias = false;
   bool mlp_bias = false;
+  // The MLP: gated, down(act(gate x) * up x) with act = mlp_activation (Llama's silu, Gemma's GELUs),
+  // or plain, down(gelu_tanh(up x)) (StarCoder2 c_fc / c_proj, GPT-2 gelu_new, GPTBigCode
+  // gelu_pytorch_tanh: the same tanh approximation).
+  enum class Mlp { gated, gelu_tanh };
+  Mlp mlp = Mlp::gated;
+  // GPT-2 / GPTBigCode: learned absolute position embeddings (wpe, [max_position_embeddings, H])
+  // added to the token embeddings, and no rotary embedding.
+  bool learned_positions = false;
+  // GPT-2 / GPTBigCode checkpoint layout: transformer.{wte, wpe, ln_f}, transformer.h.N.{ln_1,
+  // attn.c_attn (q | k | v fused), attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj}; split into the q/k/v
+  // slots at load. conv1d: GPT-2's Conv1D stores every projection weight [in, out].
+  bool gpt2_layout = false;
+  bool conv1d = false;
   // Qwen2: q_proj, k_proj and v_proj have biases (o_proj and the MLP do not).
   bool qkv_bias = false;
   // Mistral: sliding-window attention, the query at position p sees keys max(0, p - W) .. p in the
@@ -49,7 +67,7 @@ struct LlamaConfig {
   // Granite: embeddings x embedding_multiplier, attention scores x attention_multiplier (instead of
   // 1/sqrt(head_dim)), residual branches x residual_multiplier, logits / logits_scaling.
   double embedding_multiplier = 1.0;
-  double attention_multiplier = 0.0;  // 0 = 1/sqrt(head_dim)
+  double attention_multiplier = 0.0;  // 0 = 1/sqrt(head_dim) (GPT-2 scale_attn_weights false: 1)
   double residual_multiplier = 1.0;
   double logits_scaling = 1.0;
   // Gemma: embeddings x sqrt(hidden_size) (embedding_multiplier) as a tensor of the hidden dtype, so a
@@ -63,12 +81,14 @@ struct LlamaConfig {
   static LlamaConfig from_json_file(const std::string& path);
 };
 
-// LlamaForCausalLM, GraniteForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM and
-// GemmaForCausalLM (one registry row each): the same decoder, the family differences being config
-// options of the shared layers (a sliding window in ops::attention_f32, biased q/k/v through
-// load_linear, a mixture-of-experts MLP routed by ops/moe, the gate activation, the (1 + w) RMSNorm,
-// an embedding scale) read by each family's config reader (llama_config.cpp, mistral_config.cpp,
-// qwen2_config.cpp, mixtral_config.cpp, gemma_config.cpp).
+// LlamaForCausalLM, GraniteForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM,
+// GemmaForCausalLM, Starcoder2ForCausalLM, GPTBigCodeForCausalLM and GPT2LMHeadModel (one registry
+// row each): the same decoder, the family differences being config options of the shared layers (a
+// sliding window in ops::attention_f32, biases through load_linear, a mixture-of-experts MLP routed
+// by ops/moe, the gate activation, the (1 + w) RMSNorm, an embedding scale, LayerNorm, a plain GELU
+// MLP, learned positions, fused or Conv1D checkpoint layouts) read by each family's config reader
+// (llama_config.cpp, mistral_config.cpp, qwen2_config.cpp, mixtral_config.cpp, gemma_config.cpp,
+// starcoder2_config.cpp, gpt2_config.cpp, gpt_bigcode_config.cpp).
 class LlamaModel : public CausalLM {
  public:
   // Reads dir/config.json and safetensors (single or sharded). Every expected tensor must exist with
@@ -94,8 +114,8 @@ class LlamaModel : public CausalLM {
   void forward(const std::int64_t* ids, const std::int64_t* positions, const std::int64_t* key_mask,
                std::int64_t batch, std::int64_t seq, KvCache& cache, bool all_positions,
                std::vector<float>& logits) override;
-  // The embeddings (after any multiplier), the output of layers 1 .. n-1, and the output of layer n
-  // with the final RMSNorm applied.
+  // The embeddings (after any multiplier, with any learned positions), the output of layers 1 .. n-1,
+  // and the output of layer n with the final norm applied.
   std::vector<std::vector<float>> hidden_states(const std::int64_t* ids, std::int64_t batch,
                                                 std::int64_t seq) override;
 

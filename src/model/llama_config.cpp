@@ -1,8 +1,10 @@
 // config.json parsing and validation for the Llama family (LlamaForCausalLM, GraniteForCausalLM), and
-// what MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM and GemmaForCausalLM share with it
-// (their own keys: mistral_config.cpp, qwen2_config.cpp, mixtral_config.cpp, gemma_config.cpp).
-// Defaults are those of transformers' LlamaConfig / GraniteConfig; fields that would change the
-// computation in ways this implementation does not cover are errors rather than silently ignored.
+// what the other families of the shared decoder have in common with it (their own keys:
+// mistral_config.cpp, qwen2_config.cpp, mixtral_config.cpp, gemma_config.cpp, starcoder2_config.cpp;
+// GPT-2 and GPTBigCode name their keys differently and are read by gpt2_config.cpp /
+// gpt_bigcode_config.cpp). Defaults are those of transformers' config classes; fields that would
+// change the computation in ways this implementation does not cover are errors rather than silently
+// ignored.
 #include <cmath>
 #include <string>
 #include <utility>
@@ -77,6 +79,16 @@ void refuse_rope_scaling(const nlohmann::json& j, const std::string& path, const
   throw InputError(path + ": rope_scaling", it->dump() + " is not supported for " + family + " (only null)");
 }
 
+void refuse_head_dim(const nlohmann::json& j, const std::string& path, const LlamaConfig& c, const char* family) {
+  if (!j.contains("head_dim") || j["head_dim"].is_null()) return;
+  const std::int64_t hd = json_int(j, path, "head_dim", false, 0, 1);
+  if (hd * c.num_attention_heads != c.hidden_size) {
+    throw InputError(path + ": head_dim", std::to_string(hd) + " is not supported for " + family +
+                                              " (must be hidden_size / num_attention_heads = " +
+                                              std::to_string(c.hidden_size / c.num_attention_heads) + ")");
+  }
+}
+
 }  // namespace model
 
 LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
@@ -94,7 +106,10 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
       {"mistral", "MistralForCausalLM"},
       {"qwen2", "Qwen2ForCausalLM"},
       {"mixtral", "MixtralForCausalLM"},
-      {"gemma", "GemmaForCausalLM"}};
+      {"gemma", "GemmaForCausalLM"},
+      {"starcoder2", "Starcoder2ForCausalLM"},
+      {"gpt_bigcode", "GPTBigCodeForCausalLM"},
+      {"gpt2", "GPT2LMHeadModel"}};
   std::string expected_arch, supported_types, supported_archs;
   for (const auto& [type, name] : families) {
     if (type == c.model_type) expected_arch = name;
@@ -106,7 +121,8 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
   }
   const bool granite = c.model_type == "granite";
   const bool mistral = c.model_type == "mistral", qwen2 = c.model_type == "qwen2";
-  const bool mixtral = c.model_type == "mixtral", gemma = c.model_type == "gemma";
+  const bool mixtral = c.model_type == "mixtral", gemma = c.model_type == "gemma",
+             starcoder2 = c.model_type == "starcoder2";
   auto arch = j.find("architectures");
   if (arch == j.end() || arch->is_null()) throw InputError(path + ": architectures", "missing");
   if (!arch->is_array()) throw InputError(path + ": architectures", "must be a list of strings");
@@ -128,19 +144,32 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
                                 : "is not supported (supported: " + supported_archs + ")"));
   }
 
+  if (c.model_type == "gpt2" || c.model_type == "gpt_bigcode") {
+    // Their own key names (n_embd, n_head, ...) and layout: read entirely by the family's reader.
+    if (c.model_type == "gpt2") model::read_gpt2_config(j, path, c);
+    if (c.model_type == "gpt_bigcode") model::read_gpt_bigcode_config(j, path, c);
+    c.bos_token_id = token_id(j, path, "bos_token_id");
+    c.eos_token_id = token_id(j, path, "eos_token_id");
+    c.pad_token_id = token_id(j, path, "pad_token_id");
+    return c;
+  }
+
   c.vocab_size = json_int(j, path, "vocab_size", true, 0, 1);
   c.hidden_size = json_int(j, path, "hidden_size", true, 0, 1);
   c.intermediate_size = json_int(j, path, "intermediate_size", true, 0, 1);
   c.num_hidden_layers = json_int(j, path, "num_hidden_layers", true, 0, 1);
   c.num_attention_heads = json_int(j, path, "num_attention_heads", true, 0, 1);
-  // Mistral / Mixtral / Qwen2 / Gemma configs default it to 8 / 8 / 32 / 16 rather than to
-  // num_attention_heads: required there.
-  c.num_key_value_heads =
-      json_int(j, path, "num_key_value_heads", mistral || qwen2 || mixtral || gemma, c.num_attention_heads, 1);
-  c.max_position_embeddings = json_int(j, path, "max_position_embeddings", false,
-                                       mistral || mixtral ? 131072 : qwen2 ? 32768 : gemma ? 8192 : 2048, 1);
-  c.rms_norm_eps = json_number(j, path, "rms_norm_eps", 1e-6);
-  if (!(c.rms_norm_eps > 0.0)) throw InputError(path + ": rms_norm_eps", "must be > 0");
+  // Mistral / Mixtral / Qwen2 / Gemma / StarCoder2 configs default it to 8 / 8 / 32 / 16 / 2 rather
+  // than to num_attention_heads: required there.
+  c.num_key_value_heads = json_int(j, path, "num_key_value_heads", mistral || qwen2 || mixtral || gemma || starcoder2,
+                                   c.num_attention_heads, 1);
+  c.max_position_embeddings =
+      json_int(j, path, "max_position_embeddings", false,
+               mistral || mixtral ? 131072 : qwen2 ? 32768 : gemma ? 8192 : starcoder2 ? 4096 : 2048, 1);
+  if (!starcoder2) {  // StarCoder2: norm_epsilon (starcoder2_config.cpp)
+    c.norm_eps = json_number(j, path, "rms_norm_eps", 1e-6);
+    if (!(c.norm_eps > 0.0)) throw InputError(path + ": rms_norm_eps", "must be > 0");
+  }
   c.rope_theta = json_number(j, path, "rope_theta", 10000.0);
   if (!(c.rope_theta > 0.0)) throw InputError(path + ": rope_theta", "must be > 0");
   c.tie_word_embeddings = json_bool(j, path, "tie_word_embeddings", false);
@@ -148,8 +177,9 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
   c.mlp_bias = json_bool(j, path, "mlp_bias", false);
   if (c.attention_bias) throw InputError(path + ": attention_bias", "true is not supported (no projection biases)");
   if (c.mlp_bias) throw InputError(path + ": mlp_bias", "true is not supported (no MLP biases)");
-  // Gemma's activation is read by read_gemma_config (hidden_activation; hidden_act is ignored there).
-  if (!gemma) {
+  // Gemma's activation is read by read_gemma_config (hidden_activation; hidden_act is ignored there),
+  // StarCoder2's (a plain GELU MLP) by read_starcoder2_config.
+  if (!gemma && !starcoder2) {
     const std::string act = json_string(j, path, "hidden_act", "silu");
     if (act != "silu") throw InputError(path + ": hidden_act", "'" + act + "' is not supported (only silu)");
   }
@@ -161,9 +191,11 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
   }
   const bool divisible = c.hidden_size % c.num_attention_heads == 0;
   const std::int64_t default_head_dim = c.hidden_size / c.num_attention_heads;
-  if (qwen2) model::read_qwen2_config(j, path, c);  // checks head_dim, which Qwen2 does not read
+  // Qwen2 and StarCoder2 do not read head_dim: their readers refuse one other than hidden / heads.
+  if (qwen2) model::read_qwen2_config(j, path, c);
+  if (starcoder2) model::read_starcoder2_config(j, path, c);
   if (gemma) model::read_gemma_config(j, path, c);  // head_dim with Gemma's default
-  if (!qwen2 && !gemma) c.head_dim = json_int(j, path, "head_dim", false, 0, 2);
+  if (!qwen2 && !starcoder2 && !gemma) c.head_dim = json_int(j, path, "head_dim", false, 0, 2);
   if (c.head_dim == 0 || granite) {
     // Granite (and Llama without head_dim) use hidden_size / num_attention_heads and need it exact.
     if (!divisible) {
@@ -179,7 +211,7 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
   if (c.head_dim % 2 != 0) throw InputError(path + ": head_dim", "must be even (rotary embedding)");
   if (mistral) model::read_mistral_config(j, path, c);
   if (mixtral) model::read_mixtral_config(j, path, c);
-  if (!mistral && !qwen2 && !mixtral && !gemma) parse_rope_scaling(j, path, c);
+  if (!mistral && !qwen2 && !mixtral && !gemma && !starcoder2) parse_rope_scaling(j, path, c);
 
   if (granite) {
     c.embedding_multiplier = json_number(j, path, "embedding_multiplier", 1.0);

@@ -60,11 +60,18 @@ quant::LinearPtr load_linear(const LinearLoad& how, const std::string& prefix, s
   const bool float_layer = how.quant.method == quant::Method::none || float_weight;
   if (float_layer) {
     how.used.insert(prefix + ".weight");
-    // W is [out, in]: a column-parallel part is rows of it, a row-parallel part columns.
+    // W is [out, in]: a column-parallel part is rows of it, a row-parallel part columns (the other
+    // way round for a Conv1D's [in, out]).
+    const int out_dim = how.conv1d ? 1 : 0, in_dim = 1 - out_dim;
     TensorPart wpart, bpart;
-    if (shard.split == quant::Shard::Split::out) wpart = bpart = {0, shard.begin, shard.end};
-    if (shard.split == quant::Shard::Split::in) wpart = {1, shard.begin, shard.end};
-    torch::Tensor w = read_tensor(how.ckpt, prefix + ".weight", {out, in}, how.dense_dtype, how.round_to_half, wpart);
+    if (shard.split == quant::Shard::Split::out) {
+      wpart = {out_dim, shard.begin, shard.end};
+      bpart = {0, shard.begin, shard.end};
+    }
+    if (shard.split == quant::Shard::Split::in) wpart = {in_dim, shard.begin, shard.end};
+    const std::vector<std::int64_t> shape = how.conv1d ? std::vector<std::int64_t>{in, out} : std::vector<std::int64_t>{out, in};
+    torch::Tensor w = read_tensor(how.ckpt, prefix + ".weight", shape, how.dense_dtype, how.round_to_half, wpart);
+    if (how.conv1d) w = w.t().contiguous();
     torch::Tensor b;
     if (bias) {
       how.used.insert(prefix + ".bias");
@@ -72,6 +79,10 @@ quant::LinearPtr load_linear(const LinearLoad& how, const std::string& prefix, s
       if (!shard.add_bias) b.zero_();  // row-parallel: the bias is added on one rank of the group
     }
     return std::make_unique<quant::DenseLinear>(w, b, how.transposed);
+  }
+  if (how.conv1d) {
+    throw InputError(how.ckpt.dir() + ": tensor '" + prefix + "'",
+                     std::string("a quantized Conv1D (GPT-2) layer is not supported (") + quant::to_string(how.quant.method) + ")");
   }
   switch (how.quant.method) {
     case quant::Method::gptq: return quant::load_gptq_linear(how.ckpt, prefix, in, out, how.quant.gptq, how.used, shard);

@@ -62,12 +62,14 @@ struct LinearLoad {
   bool round_to_half;               // float layers of an fp16 run
   bool transposed;                  // float layers: store W^T (see quant::DenseLinear)
   std::set<std::string>& used;      // every tensor name read is added
+  bool conv1d = false;              // GPT-2's Conv1D: prefix.weight is stored [in, out]
 };
 
 // The projection stored under `prefix` (prefix.weight [out, in] and, when `bias`, prefix.bias [out]
 // for a float layer; the method's tensors for a quantized one). A layer of a quantized checkpoint that
 // holds a float prefix.weight instead (a layer the quantizer skipped) loads as a float layer.
-// With a shard, only this rank's part of the layer is read (quant::Shard).
+// With a shard, only this rank's part of the layer is read (quant::Shard). how.conv1d: the weight is
+// stored [in, out] and transposed at load; a quantized Conv1D layer is an InputError.
 quant::LinearPtr load_linear(const LinearLoad& how, const std::string& prefix, std::int64_t in, std::int64_t out,
                              bool bias, const quant::Shard& shard = quant::Shard::whole());
 

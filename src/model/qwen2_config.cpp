@@ -16,15 +16,7 @@ void read_qwen2_config(const nlohmann::json& j, const std::string& path, LlamaCo
                          std::to_string(c.max_position_embeddings) +
                          ") is not supported: Qwen2's per-layer sliding window (max_window_layers) is not implemented");
   }
-  // Qwen2 has no head_dim key: it is hidden_size / num_attention_heads.
-  if (j.contains("head_dim") && !j["head_dim"].is_null()) {
-    const std::int64_t hd = json_int(j, path, "head_dim", false, 0, 1);
-    if (hd * c.num_attention_heads != c.hidden_size) {
-      throw InputError(path + ": head_dim", std::to_string(hd) + " is not supported for qwen2 (must be hidden_size / "
-                                                                 "num_attention_heads = " +
-                                                std::to_string(c.hidden_size / c.num_attention_heads) + ")");
-    }
-  }
+  refuse_head_dim(j, path, c, "qwen2");  // Qwen2 has no head_dim key: it is hidden_size / num_attention_heads
 }
 
 }  // namespace evalrun::model

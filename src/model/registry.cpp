@@ -33,6 +33,9 @@ const std::vector<Architecture>& architectures() {
       {"Qwen2ForCausalLM", "qwen2", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
       {"MixtralForCausalLM", "mixtral", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
       {"GemmaForCausalLM", "gemma", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
+      {"Starcoder2ForCausalLM", "starcoder2", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
+      {"GPTBigCodeForCausalLM", "gpt_bigcode", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
+      {"GPT2LMHeadModel", "gpt2", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
   };
   return rows;
 }

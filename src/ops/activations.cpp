@@ -38,4 +38,13 @@ void gated_activation_rows(const float* gate_up, float* out, std::int64_t rows, 
   }
 }
 
+void gelu_tanh_rows(float* x, std::int64_t rows, std::int64_t n, std::int64_t ld) {
+  at::parallel_for(0, rows, 16, [&](std::int64_t m0, std::int64_t m1) {
+    for (std::int64_t m = m0; m < m1; ++m) {
+      float* r = x + m * ld;
+      for (std::int64_t i = 0; i < n; ++i) r[i] = gelu_tanh(r[i]);
+    }
+  });
+}
+
 }  // namespace evalrun::ops

@@ -21,4 +21,22 @@ void rms_norm_rows(const float* x, const float* w, float* out, std::int64_t rows
   });
 }
 
+void layer_norm_rows(const float* x, const float* w, const float* b, float* out, std::int64_t rows, std::int64_t n,
+                     float eps) {
+  at::parallel_for(0, rows, 16, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * n;
+      float* o = out + r * n;
+      double sum = 0;
+      for (std::int64_t i = 0; i < n; ++i) sum += xr[i];
+      const double mean = sum / static_cast<double>(n);
+      double sq = 0;
+      for (std::int64_t i = 0; i < n; ++i) sq += (xr[i] - mean) * (xr[i] - mean);
+      const float inv = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(n) + eps));
+      const float mu = static_cast<float>(mean);
+      for (std::int64_t i = 0; i < n; ++i) o[i] = (xr[i] - mu) * inv * w[i] + b[i];
+    }
+  });
+}
+
 }  // namespace evalrun::ops

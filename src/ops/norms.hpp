@@ -11,4 +11,9 @@ namespace evalrun::ops {
 void rms_norm_rows(const float* x, const float* w, float* out, std::int64_t rows, std::int64_t n, float eps,
                    float weight_offset);
 
+// out[r] = (x[r] - mean) * rsqrt(var + eps) * w + b for `rows` rows of n, as torch's LayerNorm
+// (biased variance; mean and variance accumulated in double). Parallel over rows.
+void layer_norm_rows(const float* x, const float* w, const float* b, float* out, std::int64_t rows, std::int64_t n,
+                     float eps);
+
 }  // namespace evalrun::ops

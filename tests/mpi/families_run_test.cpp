@@ -7,7 +7,9 @@
 // same way with its Qwen2Tokenizer files (converted as transformers does), the Gemma oracle (head_dim
 // 24 with one kv head, which tensor_parallel 2 gives to both ranks; sqrt(hidden) embedding scale,
 // (1 + w) RMSNorm, tanh GELU) with its GemmaTokenizer; tiny-qwen2 checks the biased tensor-parallel
-// split on 4 ranks too.
+// split on 4 ranks too. StarCoder2 (LayerNorm, biases everywhere, sliding window 12), GPTBigCode
+// (multi-query: the one key/value head replicated on both tensor-parallel ranks, learned positions)
+// and GPT-2 (Conv1D, fused c_attn cut per rank) run the same way with their GPT2Tokenizer files.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,8 +38,7 @@ class FamiliesRun : public ::testing::Test {
     dir_ = make_temp_dir("evalrun-families");
     auto r = run_process(kBin + " make-model --preset tiny-qwen2 --seed 5 --out " + (dir_ / "qwen2").string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    // Not "qwen2.toml": oracle_layouts writes that one for the Qwen2 oracle.
-    std::ofstream(dir_ / "tiny_qwen2.toml") << "[run]\nname = \"gen\"\nthreads = 1\n[model]\npath = \"" << (dir_ / "qwen2").string()
+    std::ofstream(dir_ / "qwen2.toml") << "[run]\nname = \"gen\"\nthreads = 1\n[model]\npath = \"" << (dir_ / "qwen2").string()
                                        << "\"\n[task]\nkind = \"generate\"\ndataset = \"" << kSrc
                                        << "/tests/data/decoder_prompts.jsonl\"\nmax_new_tokens = 12\nbatch_size = 2\n";
   }
@@ -82,19 +83,21 @@ static void oracle_layouts(FamiliesRun& t, const std::string& data, const std::s
   const std::string oracle = data + "/oracle/" + fixture;
   H5Reader ref(oracle + "/reference.h5");
   const auto ids = ref.read_strings("/ids");
+  // "oracle-" keeps its files apart from the tiny presets' (qwen2.toml is tiny-qwen2's).
+  const std::string name = "oracle-" + fixture;
   {
-    std::ofstream prompts(t.dir() / (fixture + "_prompts.jsonl"));
+    std::ofstream prompts(t.dir() / (name + "_prompts.jsonl"));
     for (const auto& id : ids) {
       prompts << nlohmann::json{{"id", id}, {"prompt", ref.attr_string("/samples/" + id, "prompt")}}.dump() << "\n";
     }
   }
-  std::ofstream(t.dir() / (fixture + ".toml")) << "[run]\nname = \"" << fixture << "\"\nthreads = 1\n[model]\npath = \"" << oracle
-                                       << "\"\n[task]\nkind = \"generate\"\ndataset = \""
-                                       << (t.dir() / (fixture + "_prompts.jsonl")).string()
-                                       << "\"\nmax_new_tokens = 24\nbatch_size = 3\n";
-  const auto one = t.run(fixture + ".toml", 1, 1);
-  const auto dp2 = t.run(fixture + ".toml", 2, 1);
-  const auto tp2 = t.run(fixture + ".toml", 2, 2);
+  std::ofstream(t.dir() / (name + ".toml")) << "[run]\nname = \"" << fixture << "\"\nthreads = 1\n[model]\npath = \"" << oracle
+                                    << "\"\n[task]\nkind = \"generate\"\ndataset = \""
+                                    << (t.dir() / (name + "_prompts.jsonl")).string()
+                                    << "\"\nmax_new_tokens = 24\nbatch_size = 3\n";
+  const auto one = t.run(name + ".toml", 1, 1);
+  const auto dp2 = t.run(name + ".toml", 2, 1);
+  const auto tp2 = t.run(name + ".toml", 2, 2);
   expect_same_generation(one, dp2, 1e-4F);
   expect_same_generation(one, tp2, 1e-4F);
   H5Reader split(tp2);
@@ -163,10 +166,42 @@ TEST_F(FamiliesRun, GemmaOracleGenerationIsTheSameOnEveryLayoutAndEqualsTransfor
   oracle_layouts(*this, data, "gemma", 1000);
 }
 
+TEST_F(FamiliesRun, Starcoder2OracleGenerationIsTheSameOnEveryLayoutAndEqualsTransformers) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  oracle_layouts(*this, data, "starcoder2", 1261);
+}
+
+TEST_F(FamiliesRun, GptBigCodeOracleGenerationIsTheSameOnEveryLayoutAndEqualsTransformers) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  oracle_layouts(*this, data, "gpt-bigcode", 1261);
+}
+
+TEST_F(FamiliesRun, Gpt2OracleGenerationIsTheSameOnEveryLayoutAndEqualsTransformers) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  oracle_layouts(*this, data, "gpt2", 1261);
+}
+
+// tiny-gpt-bigcode's one key/value head is replicated on both ranks of a tensor-parallel pair,
+// tiny-starcoder2's o / c_proj biases are added once per group, tiny-gpt2's Conv1D c_attn is cut per
+// rank: 1 rank, tensor_parallel 2 and tensor_parallel 2 x data parallel 2 agree.
+TEST_F(FamiliesRun, TinyGptAndStarcoder2PresetsAgreeUnderTensorParallelism) {
+  for (const std::string preset : {"tiny-gpt-bigcode", "tiny-starcoder2", "tiny-gpt2"}) {
+    SCOPED_TRACE(preset);
+    auto r = run_process(kBin + " make-model --preset " + preset + " --seed 7 --out " + (dir() / preset).string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ofstream(dir() / (preset + ".toml")) << "[run]\nname = \"gen\"\nthreads = 1\n[model]\npath = \""
+                                              << (dir() / preset).string() << "\"\n[task]\nkind = \"generate\"\ndataset = \""
+                                              << kSrc << "/tests/data/decoder_prompts.jsonl\"\nmax_new_tokens = 12\nbatch_size = 2\n";
+    const auto one = run(preset + ".toml", 1, 1);
+    expect_same_generation(one, run(preset + ".toml", 2, 2), 1e-5F);
+    expect_same_generation(one, run(preset + ".toml", 4, 2), 1e-5F);
+  }
+}
+
 TEST_F(FamiliesRun, Qwen2TensorParallelSplitsTheBiasesWithTheirColumns) {
-  const auto one = run("tiny_qwen2.toml", 1, 1);
-  const auto tp2 = run("tiny_qwen2.toml", 2, 2);
-  const auto tp2dp2 = run("tiny_qwen2.toml", 4, 2);
+  const auto one = run("qwen2.toml", 1, 1);
+  const auto tp2 = run("qwen2.toml", 2, 2);
+  const auto tp2dp2 = run("qwen2.toml", 4, 2);
   expect_same_generation(one, tp2, 1e-5F);
   expect_same_generation(one, tp2dp2, 1e-5F);
 }

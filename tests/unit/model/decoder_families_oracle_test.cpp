@@ -1,10 +1,12 @@
-// MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM and GemmaForCausalLM against the outputs
-// transformers computes for the oracle fixtures in $EVALRUN_DATA_DIR/oracle/{mistral,qwen2,mixtral,gemma}
-// (see oracle/README.md): for every reference sample the prompt logits (one forward pass, all
-// positions), 24 greedy tokens through the KV cache and the logits of each step; the same in one
-// left-padded batch and on the torch path; and that the feature each fixture exercises matters
-// (Mistral without its window, Qwen2 without its q/k/v biases, Mixtral with top-1 or all-4 routing,
-// Gemma with exact GELU differ from the reference by more than the tolerance).
+// MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM, GemmaForCausalLM, Starcoder2ForCausalLM,
+// GPTBigCodeForCausalLM and GPT2LMHeadModel against the outputs transformers computes for the oracle
+// fixtures in $EVALRUN_DATA_DIR/oracle/{mistral,qwen2,mixtral,gemma,starcoder2,gpt-bigcode,gpt2} (see
+// oracle/README.md): for every reference sample the prompt logits (one forward pass, all positions),
+// 24 greedy tokens through the KV cache and the logits of each step; the same in one left-padded
+// batch and on the torch path; and that the feature each fixture exercises matters (Mistral without
+// its window, Qwen2 without its q/k/v biases, Mixtral with top-1 or all-4 routing, Gemma with exact
+// GELU, StarCoder2 without its window, GPT-2 with its square Conv1D read as nn.Linear, GPTBigCode
+// without its learned positions differ from the reference by more than the tolerance).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/errors.hpp"
 #include "io/hdf5_file.hpp"
 #include "io/safetensors.hpp"
 #include "llama_test_util.hpp"
@@ -232,8 +235,13 @@ TEST(FamiliesOracle, Qwen2MatchesHuggingFace) {
 // and biases as the fast path.
 TEST(FamiliesOracle, TorchPathMatchesHuggingFace) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
-  for (const auto& [fixture, V] :
-       {std::pair<std::string, std::int64_t>{"mistral", 1000}, {"qwen2", 1261}, {"mixtral", 512}, {"gemma", 1000}}) {
+  for (const auto& [fixture, V] : {std::pair<std::string, std::int64_t>{"mistral", 1000},
+                                   {"qwen2", 1261},
+                                   {"mixtral", 512},
+                                   {"gemma", 1000},
+                                   {"starcoder2", 1261},
+                                   {"gpt-bigcode", 1261},
+                                   {"gpt2", 1261}}) {
     SCOPED_TRACE(fixture);
     const std::string oracle = data + "/oracle/" + fixture;
     ops::set_onednn_sgemm_enabled(false);
@@ -247,11 +255,12 @@ TEST(FamiliesOracle, TorchPathMatchesHuggingFace) {
 
 // bfloat16 (torch path): tokens may differ from float32's on near-ties, so only the size of the
 // difference is checked: within 10% of the largest reference logit (measured: 0.41 of 7.35 for
-// Mistral, 0.86 of 19.4 for Qwen2, 0.34 of 5.19 for Gemma), far below what the window / the biases /
-// Gemma's embedding scale or (1 + w) norm change (9.5 / 17.3 / 3.5 / 5.6).
+// Mistral, 0.86 of 19.4 for Qwen2, 0.34 of 5.19 for Gemma, 0.57 of 10.7 for StarCoder2, 0.40 of 17.8
+// for GPTBigCode, 0.34 of 18.5 for GPT-2), far below what the feature each exercises changes (9.5 /
+// 17.3 / 3.5 or 5.6 / 14.1 / 21.5 / 22.7).
 TEST(FamiliesOracle, Bfloat16StaysCloseToTheReference) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
-  for (const std::string fixture : {"mistral", "qwen2", "gemma"}) {
+  for (const std::string fixture : {"mistral", "qwen2", "gemma", "starcoder2", "gpt-bigcode", "gpt2"}) {
     SCOPED_TRACE(fixture);
     const std::string oracle = data + "/oracle/" + fixture;
     auto model = LlamaModel::load({oracle, DType::bf16, Device::cpu});
@@ -342,6 +351,155 @@ TEST(FamiliesOracle, Qwen2WithoutItsBiasesDiffers) {
   std::printf("qwen2 with q/k/v biases zeroed: max |prompt logit diff| %.3g\n", d);
   EXPECT_GT(d, 1.0f);
   fs::remove_all(dir);
+}
+
+// StarCoder2: LayerNorm with bias, biases on q/k/v/o and the plain MLP, GQA, RoPE, sliding window 12,
+// tied embeddings.
+TEST(FamiliesOracle, Starcoder2MatchesHuggingFace) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  const std::string oracle = data + "/oracle/starcoder2";
+  EXPECT_EQ(load_causal_lm({oracle})->architecture(), "Starcoder2ForCausalLM");
+  auto model = LlamaModel::load({oracle, DType::fp32, Device::cpu});
+  const auto& c = model->config();
+  EXPECT_EQ(c.norm, LlamaConfig::Norm::layer);
+  EXPECT_EQ(c.mlp, LlamaConfig::Mlp::gelu_tanh);
+  EXPECT_TRUE(c.attention_bias);
+  EXPECT_TRUE(c.mlp_bias);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.sliding_window, 12);
+  EXPECT_EQ(c.num_key_value_heads, 2);
+  EXPECT_TRUE(model->dims().rotary);
+  const auto samples = read_samples(oracle);
+  ASSERT_EQ(samples.size(), 6u);
+  const Worst w = expect_matches_reference(*model, samples, 1261);
+  std::printf("starcoder2 max |diff|: prompt logits %.3g, step logits %.3g\n", w.prompt, w.step);
+  expect_batch_matches(*model, samples, 1261, "starcoder2");
+}
+
+// GPTBigCode: multi-query attention (one key/value head in the fused c_attn), learned positions,
+// LayerNorm, biases, tied lm_head.
+TEST(FamiliesOracle, GptBigCodeMatchesHuggingFace) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  const std::string oracle = data + "/oracle/gpt-bigcode";
+  EXPECT_EQ(load_causal_lm({oracle})->architecture(), "GPTBigCodeForCausalLM");
+  auto model = LlamaModel::load({oracle, DType::fp32, Device::cpu});
+  const auto& c = model->config();
+  EXPECT_EQ(c.num_attention_heads, 4);
+  EXPECT_EQ(c.num_key_value_heads, 1);
+  EXPECT_EQ(c.intermediate_size, 256);
+  EXPECT_TRUE(c.learned_positions);
+  EXPECT_TRUE(c.gpt2_layout);
+  EXPECT_FALSE(c.conv1d);
+  EXPECT_FALSE(model->dims().rotary);
+  EXPECT_EQ(model->dims().max_positions, 256);
+  // c_attn, c_proj, c_fc, c_proj per layer.
+  EXPECT_EQ(model->linear_sites().size(), 2u * 4);
+  const auto samples = read_samples(oracle);
+  ASSERT_EQ(samples.size(), 6u);
+  const Worst w = expect_matches_reference(*model, samples, 1261);
+  std::printf("gpt-bigcode max |diff|: prompt logits %.3g, step logits %.3g\n", w.prompt, w.step);
+  expect_batch_matches(*model, samples, 1261, "gpt-bigcode");
+}
+
+// GPT-2: Conv1D weights stored [in, out], fused q|k|v, learned positions, gelu_new, tied.
+TEST(FamiliesOracle, Gpt2MatchesHuggingFace) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  const std::string oracle = data + "/oracle/gpt2";
+  EXPECT_EQ(load_causal_lm({oracle})->architecture(), "GPT2LMHeadModel");
+  auto model = LlamaModel::load({oracle, DType::fp32, Device::cpu});
+  const auto& c = model->config();
+  EXPECT_EQ(c.num_key_value_heads, 4);
+  EXPECT_TRUE(c.conv1d);
+  EXPECT_TRUE(c.learned_positions);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  const auto samples = read_samples(oracle);
+  ASSERT_EQ(samples.size(), 6u);
+  const Worst w = expect_matches_reference(*model, samples, 1261);
+  std::printf("gpt2 max |diff|: prompt logits %.3g, step logits %.3g\n", w.prompt, w.step);
+  expect_batch_matches(*model, samples, 1261, "gpt2");
+}
+
+// README: sliding_window null changes the logits by 14.1 and 103 of 144 greedy tokens.
+TEST(FamiliesOracle, Starcoder2WithoutItsWindowDiffers) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  const std::string oracle = data + "/oracle/starcoder2";
+  const std::string dir = edited_copy(oracle, "sc2-no-window", [](nlohmann::json& c) { c["sliding_window"] = nullptr; });
+  const auto samples = read_samples(oracle);
+  for (const bool sgemm : {true, false}) {
+    ops::set_onednn_sgemm_enabled(sgemm);
+    auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+    ops::set_onednn_sgemm_enabled(true);
+    EXPECT_EQ(model->config().sliding_window, 0);
+    const float d = max_prompt_diff(*model, samples);
+    std::printf("starcoder2 without its window (%s): max |prompt logit diff| %.3g\n", sgemm ? "sgemm" : "torch", d);
+    EXPECT_GT(d, 1.0f);
+  }
+  fs::remove_all(dir);
+}
+
+// README: the square attn.c_proj read as nn.Linear (transposed) changes the logits by 24.1; here the
+// file's c_proj weights are transposed, which a loader that ignored Conv1D's layout would not notice
+// (the shape is the same) but the logits do.
+TEST(FamiliesOracle, Gpt2WithItsConv1DTransposedDiffers) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  const std::string oracle = data + "/oracle/gpt2";
+  int edited = 0;
+  const std::string dir = edited_copy(
+      oracle, "gpt2-linear", [](nlohmann::json&) {},
+      [&](const std::string& name, std::vector<float>& v) {
+        if (name.find("attn.c_proj.weight") == std::string::npos) return;
+        ASSERT_EQ(v.size(), 64u * 64u);
+        std::vector<float> t(v.size());
+        for (int r = 0; r < 64; ++r) {
+          for (int k = 0; k < 64; ++k) t[k * 64 + r] = v[r * 64 + k];
+        }
+        v = t;
+        ++edited;
+      });
+  EXPECT_EQ(edited, 2);
+  auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+  const float d = max_prompt_diff(*model, read_samples(oracle));
+  std::printf("gpt2 with attn.c_proj transposed: max |prompt logit diff| %.3g\n", d);
+  EXPECT_GT(d, 1.0f);
+  fs::remove_all(dir);
+}
+
+// README: zeroed learned positions change the logits by 21.5 (GPTBigCode).
+TEST(FamiliesOracle, GptBigCodeWithoutItsPositionsDiffers) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  const std::string oracle = data + "/oracle/gpt-bigcode";
+  const std::string dir = edited_copy(
+      oracle, "bigcode-no-wpe", [](nlohmann::json&) {},
+      [](const std::string& name, std::vector<float>& v) {
+        if (name == "transformer.wpe.weight") std::fill(v.begin(), v.end(), 0.0f);
+      });
+  const auto samples = read_samples(oracle);
+  for (const bool sgemm : {true, false}) {
+    ops::set_onednn_sgemm_enabled(sgemm);
+    auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+    ops::set_onednn_sgemm_enabled(true);
+    const float d = max_prompt_diff(*model, samples);
+    std::printf("gpt-bigcode with wpe zeroed (%s): max |prompt logit diff| %.3g\n", sgemm ? "sgemm" : "torch", d);
+    EXPECT_GT(d, 1.0f);
+  }
+  fs::remove_all(dir);
+}
+
+// A learned position table has an end: a position past it is an InputError, not a read past wpe.
+TEST(FamiliesOracle, PositionsPastTheLearnedTableAreRefused) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  auto model = LlamaModel::load({data + "/oracle/gpt2", DType::fp32, Device::cpu});
+  auto cache = model->new_cache(1, 2);
+  const std::vector<std::int64_t> ids{5, 6}, pos{255, 256}, mask{1, 1};
+  std::vector<float> logits;
+  try {
+    model->forward(ids.data(), pos.data(), mask.data(), 1, 2, *cache, true, logits);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("position 256 at [0, 1] is past the learned position table (256 positions)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

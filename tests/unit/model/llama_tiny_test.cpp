@@ -188,7 +188,7 @@ TEST_F(TinyLlama, MakeModelWritesLoadableDeterministicCheckpoints) {
   EXPECT_EQ(c.vocab_size, kVocab);
   EXPECT_FALSE(c.tie_word_embeddings);
   EXPECT_EQ(c.rope_type, "");
-  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-5);
+  EXPECT_DOUBLE_EQ(c.norm_eps, 1e-5);
   EXPECT_EQ(c.bos_token_id, 1);
   EXPECT_EQ(c.eos_token_id, 2);
   EXPECT_EQ(c.pad_token_id, -1);

@@ -34,6 +34,9 @@ class Registry : public ::testing::Test {
     make_llama_checkpoint(dir("Qwen2ForCausalLM"), "tiny-qwen2", 6, 50);
     make_llama_checkpoint(dir("MixtralForCausalLM"), "tiny-mixtral", 7, 50);
     make_llama_checkpoint(dir("GemmaForCausalLM"), "tiny-gemma", 8, 50);
+    make_llama_checkpoint(dir("Starcoder2ForCausalLM"), "tiny-starcoder2", 8, 50);
+    make_llama_checkpoint(dir("GPTBigCodeForCausalLM"), "tiny-gpt-bigcode", 9, 50);
+    make_llama_checkpoint(dir("GPT2LMHeadModel"), "tiny-gpt2", 10, 50);
   }
   static void TearDownTestSuite() {
     fs::remove_all(*root_);
@@ -83,7 +86,10 @@ TEST_F(Registry, EveryRowLoadsItsArchitectureWithItsRole) {
     EXPECT_EQ(before.kv_heads, loaded.kv_heads);
     EXPECT_EQ(before.vocab, 50);
     EXPECT_EQ(before.max_positions, loaded.max_positions);
-    EXPECT_EQ(before.rotary, a.role == ModelRole::decoder);
+    // GPT-2 and GPTBigCode have a learned position table; the other decoders rotary positions.
+    const bool learned = a.name == std::string("GPT2LMHeadModel") || a.name == std::string("GPTBigCodeForCausalLM");
+    EXPECT_EQ(before.rotary, a.role == ModelRole::decoder && !learned);
+    EXPECT_EQ(before.rotary, loaded.rotary);
     EXPECT_GT(model->weight_bytes(), 0u);
     if (a.role == ModelRole::encoder) {
       EXPECT_NE(dynamic_cast<EncoderModel*>(model.get()), nullptr);
@@ -93,7 +99,7 @@ TEST_F(Registry, EveryRowLoadsItsArchitectureWithItsRole) {
       EXPECT_NE(load_causal_lm({dir(a.name)}), nullptr);
     }
   }
-  EXPECT_EQ(names.size(), 8u);
+  EXPECT_EQ(names.size(), 11u);
 }
 
 TEST_F(Registry, ACheckpointOfTheOtherRoleIsRefused) {
@@ -170,6 +176,25 @@ TEST_F(Registry, FamilyOptionsThatAreNotImplementedAreRefused) {
       {"GemmaForCausalLM", [](json& c) { c.erase("num_key_value_heads"); }, "config.json: num_key_value_heads",
        "missing"},
       {"GemmaForCausalLM", [](json& c) { c["head_dim"] = 25; }, "config.json: head_dim", "must be even"},
+      {"Starcoder2ForCausalLM", [](json& c) { c["hidden_act"] = "gelu"; }, "config.json: hidden_act", "'gelu'"},
+      {"Starcoder2ForCausalLM", [](json& c) { c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}}; },
+       "config.json: rope_scaling", "linear"},
+      {"Starcoder2ForCausalLM", [](json& c) { c["head_dim"] = 32; }, "config.json: head_dim", "32"},
+      {"Starcoder2ForCausalLM", [](json& c) { c["norm_epsilon"] = 0; }, "config.json: norm_epsilon", "must be > 0"},
+      {"Starcoder2ForCausalLM", [](json& c) { c.erase("num_key_value_heads"); }, "config.json: num_key_value_heads",
+       "missing"},
+      {"GPTBigCodeForCausalLM", [](json& c) { c["multi_query"] = false; }, "config.json: multi_query", "false"},
+      {"GPTBigCodeForCausalLM", [](json& c) { c["attention_softmax_in_fp32"] = false; },
+       "config.json: attention_softmax_in_fp32", "false"},
+      {"GPTBigCodeForCausalLM", [](json& c) { c["activation_function"] = "relu"; }, "config.json: activation_function",
+       "'relu'"},
+      {"GPT2LMHeadModel", [](json& c) { c["activation_function"] = "gelu"; }, "config.json: activation_function",
+       "'gelu'"},
+      {"GPT2LMHeadModel", [](json& c) { c["scale_attn_by_inverse_layer_idx"] = true; },
+       "config.json: scale_attn_by_inverse_layer_idx", "true"},
+      {"GPT2LMHeadModel", [](json& c) { c["reorder_and_upcast_attn"] = true; }, "config.json: reorder_and_upcast_attn",
+       "true"},
+      {"GPT2LMHeadModel", [](json& c) { c["n_head"] = 3; }, "config.json: n_head", "n_embd 64 is not a multiple of n_head 3"},
   };
   int i = 0;
   for (const auto& k : cases) {
