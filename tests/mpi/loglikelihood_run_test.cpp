@@ -68,7 +68,11 @@ TEST_F(LoglikRun, ResultsIndependentOfRanksAndBatchSize) {
   EXPECT_EQ(a.read_ragged_i64("/requests/context_ids")[0], a.read_ragged_i64("/requests/context_ids")[1]);
   EXPECT_DOUBLE_EQ(la[0], la[1]);
   for (const auto& [ranks, batch] : std::vector<std::pair<int, int>>{{1, 8}, {2, 1}, {2, 8}, {2, 3}}) {
-    const std::string name = "n" + std::to_string(ranks) + "-b" + std::to_string(batch) + ".h5";
+    std::string name = "n";  // appended piece by piece: GCC 12's -Wrestrict misfires on "n" + std::string
+    name += std::to_string(ranks);
+    name += "-b";
+    name += std::to_string(batch);
+    name += ".h5";
     H5Reader b(run(ranks, name, batch));
     EXPECT_EQ(b.read_strings("/samples/id"), ids) << name;
     EXPECT_EQ(b.read_ragged_i64("/requests/continuation_ids"), cont) << name;
