@@ -1,18 +1,23 @@
 // task/loglikelihood: lm-evaluation-harness's _encode_pair split and token slicing, left truncation,
 // and the scores on a tiny random Llama against a naive full forward per request with a hand
-// log_softmax in double (batch sizes 1 and 5), is_greedy on the model's own greedy continuation.
+// log_softmax in double (batch sizes 1 and 5), is_greedy on the model's own greedy continuation;
+// with EVALRUN_DATA_DIR, against the logits Hugging Face transformers computed (oracle fixtures).
 #include "task/loglikelihood.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <random>
 
 #include "common/errors.hpp"
 #include "fixtures/make_model.hpp"
 #include "fixtures/tiny_bpe.hpp"
+#include "io/hdf5_file.hpp"
 #include "model/llama.hpp"
+#include "model/registry.hpp"
 #include "test_util.hpp"
 #include "tokenizer/decoder_tokenizer.hpp"
 
@@ -227,6 +232,76 @@ TEST_F(TinyLlamaLoglik, TruncatedRequestScoresItsLastMaxLengthTokens) {
   const auto got = score_loglik_requests(*model_, {q}, {});
   EXPECT_NEAR(got[0].loglikelihood, naive(cut).first, 1e-4);
   EXPECT_GT(std::fabs(got[0].loglikelihood - naive(t).first), 1e-6);  // the cut context matters
+}
+
+// log_softmax(row)[token] in double, as an independent reference.
+double log_softmax_at(const float* row, std::int64_t vocab, std::int64_t token) {
+  double mx = row[0], sum = 0;
+  for (std::int64_t v = 1; v < vocab; ++v) mx = std::max<double>(mx, row[v]);
+  for (std::int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
+  return static_cast<double>(row[token]) - mx - std::log(sum);
+}
+
+// Every prompt of the oracle's reference.h5, two requests each, batched together (batch 3):
+//   the prompt split in half: the log-likelihood of its second half from transformers' prompt_logits;
+//   the prompt + its first 8 greedy tokens (generate, do_sample=False): is_greedy must hold, the
+//   log-likelihood from transformers' step_logits (the rows that chose those tokens).
+// Returns the largest |difference| against transformers (whole request).
+double max_diff_against_transformers(const std::string& fixture) {
+  const auto model = load_causal_lm({fixture});
+  H5Reader ref(fixture + "/reference.h5");
+  const std::int64_t vocab = model->vocab_size();
+  std::vector<LoglikRequest> requests;
+  std::vector<double> expected;
+  std::vector<bool> expect_greedy;
+  for (const auto& id : ref.read_strings("/ids")) {
+    const std::string g = "/samples/" + id;
+    const Ids ids = ref.read_i64(g + "/input_ids");
+    const auto prompt_logits = ref.read_f32(g + "/prompt_logits");
+    const Ids generated = ref.read_i64(g + "/generated_ids");
+    const auto step_logits = ref.read_f32(g + "/step_logits");
+    EXPECT_EQ(prompt_logits.size(), ids.size() * static_cast<std::size_t>(vocab)) << fixture;
+    const std::size_t half = ids.size() / 2;
+    LoglikTokens split{Ids(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(half)),
+                       Ids(ids.begin() + static_cast<std::ptrdiff_t>(half), ids.end())};
+    double ll = 0;
+    for (std::size_t k = half; k < ids.size(); ++k)
+      ll += log_softmax_at(prompt_logits.data() + (k - 1) * static_cast<std::size_t>(vocab), vocab, ids[k]);
+    requests.push_back(make_loglik_request(requests.size(), split, 4096, id));
+    expected.push_back(ll);
+    expect_greedy.push_back(false);  // not checked: a prompt is not the model's greedy text
+    LoglikTokens greedy{ids, Ids(generated.begin(), generated.begin() + 8)};
+    ll = 0;
+    for (std::size_t k = 0; k < 8; ++k)
+      ll += log_softmax_at(step_logits.data() + k * static_cast<std::size_t>(vocab), vocab, generated[k]);
+    requests.push_back(make_loglik_request(requests.size(), greedy, 4096, id));
+    expected.push_back(ll);
+    expect_greedy.push_back(true);
+  }
+  EXPECT_GE(requests.size(), 4u) << fixture;
+  LoglikOptions o;
+  o.batch_size = 3;
+  const auto got = score_loglik_requests(*model, requests, o);
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    // float32 logits within ~1e-5 of transformers' (oracle README) put each token's log-prob within
+    // ~2e-5; the sum over num_tokens tokens within that many times as much
+    EXPECT_NEAR(got[i].loglikelihood, expected[i], 2e-5 * static_cast<double>(got[i].num_tokens))
+        << fixture << " request " << i;
+    if (expect_greedy[i]) {
+      EXPECT_TRUE(got[i].is_greedy) << fixture << " request " << i;
+    }
+    worst = std::max(worst, std::fabs(got[i].loglikelihood - expected[i]));
+  }
+  return worst;
+}
+
+TEST(LoglikOracle, MatchesTransformersLogitsOnDecoderFixtures) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  for (const char* fixture : {"mistral", "qwen2"}) {
+    const double worst = max_diff_against_transformers(data + "/oracle/" + fixture);
+    std::printf("loglikelihood vs transformers, %s: max |diff| %.3g\n", fixture, worst);
+  }
 }
 
 }  // namespace
