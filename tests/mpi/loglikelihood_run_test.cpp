@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
 
 #include "io/hdf5_file.hpp"
 #include "process_util.hpp"
@@ -83,6 +84,31 @@ TEST_F(LoglikRun, ResultsIndependentOfRanksAndBatchSize) {
     ASSERT_EQ(lb.size(), la.size());
     for (std::size_t i = 0; i < la.size(); ++i) EXPECT_NEAR(la[i], lb[i], 1e-5) << name << " request " << i;
   }
+}
+
+TEST_F(LoglikRun, CompareOfTwoRunsPassesAndOtherRequestsAreRefused) {
+  const auto a = run(1, "c-n1-b1.h5", 1);
+  const auto b = run(2, "c-n2-b8.h5", 8);
+  auto r = run_process(kBin + " compare " + quote(a) + " " + quote(b));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("loglik_diff_max"), std::string::npos) << r.output;
+  // the same ids, one request with another context: other token ids, not comparable (exit 2 naming it)
+  {
+    std::ifstream in(kSrc + "/data/demo_loglikelihood.jsonl");
+    std::ofstream out(dir_ / "other.jsonl");
+    std::string line;
+    for (int i = 0; std::getline(in, line); ++i) {
+      if (i == 2) line = "{\"id\": \"river\", \"context\": \"A river\", \"continuation\": \" sails around the island.\"}";
+      out << line << "\n";
+    }
+  }
+  write_config("other.toml", (dir_ / "other.jsonl").string());
+  auto o = run_process(kBin + " " + (dir_ / "other.toml").string() + " --set output.path=" +
+                       quote((dir_ / "other.h5").string()));
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  auto c = run_process(kBin + " compare " + quote(a) + " " + quote((dir_ / "other.h5").string()));
+  EXPECT_EQ(c.exit_code, 2) << c.output;
+  EXPECT_NE(c.output.find("request 'river' has other context or continuation token ids"), std::string::npos) << c.output;
 }
 
 TEST_F(LoglikRun, MissingContinuationIsExit2NamingFileAndLine) {

@@ -124,7 +124,7 @@ class LoglikelihoodFlow : public DecoderFlow {
     const std::vector<LoglikScore> res = read_gathered_records<LoglikScore>(gathered, n, "request");
     std::vector<std::string> ids;
     std::vector<double> ll, item_seconds;
-    std::vector<std::int32_t> greedy;
+    std::vector<std::int64_t> greedy;
     std::vector<std::int64_t> num_tokens, truncated;
     std::vector<std::vector<std::int64_t>> context_ids, continuation_ids;
     std::size_t tokens = 0, n_greedy = 0;
