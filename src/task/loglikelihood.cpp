@@ -80,22 +80,28 @@ std::vector<LoglikScore> score_loglik_requests(CausalLM& model, const std::vecto
                            "token id " + std::to_string(id) + " is outside the model's vocabulary");
         }
   }
+  // Longest first (as lm-eval's Collator orders them), so a batch holds inputs of similar length and
+  // little padding; results stay in the order of `requests`.
+  std::vector<std::size_t> order(requests.size());
+  for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return requests[a].input.size() > requests[b].input.size(); });
   std::vector<LoglikScore> out(requests.size());
   std::vector<float> logits;
   double total_seconds = 0.0;
   std::size_t batch = 0;
-  for (std::size_t i = 0; i < requests.size(); i += static_cast<std::size_t>(options.batch_size)) {
-    const std::size_t j = std::min(requests.size(), i + static_cast<std::size_t>(options.batch_size));
+  for (std::size_t i = 0; i < order.size(); i += static_cast<std::size_t>(options.batch_size)) {
+    const std::size_t j = std::min(order.size(), i + static_cast<std::size_t>(options.batch_size));
     const auto rows = static_cast<std::int64_t>(j - i);
     std::int64_t len = 0, real = 0;
     for (std::size_t k = i; k < j; ++k) {
-      len = std::max<std::int64_t>(len, static_cast<std::int64_t>(requests[k].input.size()));
-      real += static_cast<std::int64_t>(requests[k].input.size());
+      len = std::max<std::int64_t>(len, static_cast<std::int64_t>(requests[order[k]].input.size()));
+      real += static_cast<std::int64_t>(requests[order[k]].input.size());
     }
     std::vector<std::int64_t> ids(static_cast<std::size_t>(rows * len), options.pad_id), pos(ids.size(), 0),
         mask(ids.size(), 0);
     for (std::int64_t r = 0; r < rows; ++r) {
-      const auto& in = requests[i + static_cast<std::size_t>(r)].input;
+      const auto& in = requests[order[i + static_cast<std::size_t>(r)]].input;
       for (std::size_t k = 0; k < in.size(); ++k) {
         const auto at = static_cast<std::size_t>(r * len) + k;
         ids[at] = in[k];
@@ -112,7 +118,7 @@ std::vector<LoglikScore> score_loglik_requests(CausalLM& model, const std::vecto
 
     std::vector<std::size_t> members;
     for (std::int64_t r = 0; r < rows; ++r) {
-      const std::size_t m = i + static_cast<std::size_t>(r);
+      const std::size_t m = order[i + static_cast<std::size_t>(r)];
       const LoglikRequest& q = requests[m];
       LoglikScore& s = out[m];
       s.index = q.index;

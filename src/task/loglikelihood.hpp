@@ -106,9 +106,10 @@ struct LoglikOptions {
   std::function<void(std::size_t, std::size_t, double)> progress;
 };
 
-// Scores `requests` in batches of batch_size consecutive ones; results in their order. A batch is
-// right-padded to its longest input (pads masked and after every real token, so causal attention never
-// sees them; positions 0.. per row), as lm-eval pads, and runs once with all_positions = true.
+// Scores `requests` in batches of batch_size, longest inputs first; results in the order of
+// `requests`. A batch is right-padded to its longest input (pads masked and after every real token,
+// so causal attention never sees them; positions 0.. per row), as lm-eval pads, and runs once with
+// all_positions = true.
 std::vector<LoglikScore> score_loglik_requests(CausalLM& model, const std::vector<LoglikRequest>& requests,
                                                const LoglikOptions& options,
                                                const BatchDone<LoglikScore>& batch_done = {});
