@@ -1,11 +1,12 @@
 // task.kind = "loglikelihood" through the real binary under mpirun: the result file does not depend on
-// the number of ranks or the batch size (identical token ids, num_tokens and is_greedy, log-likelihoods
-// within 1e-5), and a bad data line is exit 2 naming the file and line.
+// the number of ranks, the batch size or tensor parallelism (identical token ids, num_tokens and
+// is_greedy, log-likelihoods within 1e-5), and a bad data line is exit 2 naming the file and line.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 
 #include "io/hdf5_file.hpp"
 #include "process_util.hpp"
@@ -39,9 +40,9 @@ class LoglikRun : public ::testing::Test {
                                << dataset << "\"\n";
   }
 
-  static std::string run(int ranks, const std::string& out, int batch) {
+  static std::string run(int ranks, const std::string& out, int batch, const std::string& extra = "") {
     auto r = run_process(mpirun(ranks) + kBin + " " + (dir_ / "ll.toml").string() + " --set output.path=" +
-                         quote((dir_ / out).string()) + " --set task.batch_size=" + std::to_string(batch));
+                         quote((dir_ / out).string()) + " --set task.batch_size=" + std::to_string(batch) + extra);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return (dir_ / out).string();
   }
@@ -68,13 +69,17 @@ TEST_F(LoglikRun, ResultsIndependentOfRanksAndBatchSize) {
   EXPECT_EQ(cont[0], cont[1]);
   EXPECT_EQ(a.read_ragged_i64("/requests/context_ids")[0], a.read_ragged_i64("/requests/context_ids")[1]);
   EXPECT_DOUBLE_EQ(la[0], la[1]);
-  for (const auto& [ranks, batch] : std::vector<std::pair<int, int>>{{1, 8}, {2, 1}, {2, 8}, {2, 3}}) {
+  // (ranks, batch size, tensor-parallel degree)
+  const std::vector<std::tuple<int, int, int>> layouts = {{1, 8, 1}, {2, 1, 1}, {2, 8, 1}, {2, 3, 1}, {2, 8, 2}};
+  for (const auto& [ranks, batch, tp] : layouts) {
     std::string name = "n";  // appended piece by piece: GCC 12's -Wrestrict misfires on "n" + std::string
     name += std::to_string(ranks);
     name += "-b";
     name += std::to_string(batch);
+    name += "-tp";
+    name += std::to_string(tp);
     name += ".h5";
-    H5Reader b(run(ranks, name, batch));
+    H5Reader b(run(ranks, name, batch, " --set parallel.tensor_parallel=" + std::to_string(tp)));
     EXPECT_EQ(b.read_strings("/samples/id"), ids) << name;
     EXPECT_EQ(b.read_ragged_i64("/requests/continuation_ids"), cont) << name;
     EXPECT_EQ(b.read_ragged_i64("/requests/context_ids"), a.read_ragged_i64("/requests/context_ids")) << name;
@@ -98,7 +103,9 @@ TEST_F(LoglikRun, CompareOfTwoRunsPassesAndOtherRequestsAreRefused) {
     std::ofstream out(dir_ / "other.jsonl");
     std::string line;
     for (int i = 0; std::getline(in, line); ++i) {
-      if (i == 2) line = "{\"id\": \"river\", \"context\": \"A river\", \"continuation\": \" sails around the island.\"}";
+      if (i == 2) {
+        line = "{\"id\": \"river\", \"context\": \"A river\", \"continuation\": \" sails around the island.\"}";
+      }
       out << line << "\n";
     }
   }
@@ -108,7 +115,8 @@ TEST_F(LoglikRun, CompareOfTwoRunsPassesAndOtherRequestsAreRefused) {
   ASSERT_EQ(o.exit_code, 0) << o.output;
   auto c = run_process(kBin + " compare " + quote(a) + " " + quote((dir_ / "other.h5").string()));
   EXPECT_EQ(c.exit_code, 2) << c.output;
-  EXPECT_NE(c.output.find("request 'river' has other context or continuation token ids"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("request 'river' has other context or continuation token ids"), std::string::npos)
+      << c.output;
 }
 
 TEST_F(LoglikRun, MissingContinuationIsExit2NamingFileAndLine) {

@@ -49,7 +49,9 @@ std::vector<RequestText> read_requests(const std::string& path) {
     }
     if (!j.is_object()) throw InputError(r.where, "expected a JSON object per line");
     for (const char* key : {"context", "continuation"}) {
-      if (!j.contains(key) || !j[key].is_string()) throw InputError(r.where, std::string("missing string field \"") + key + "\"");
+      if (!j.contains(key) || !j[key].is_string()) {
+        throw InputError(r.where, std::string("missing string field \"") + key + "\"");
+      }
     }
     r.context = j["context"].get<std::string>();
     r.continuation = j["continuation"].get<std::string>();
@@ -78,7 +80,8 @@ std::vector<LoglikRequest> tokenize_requests(const std::vector<RequestText>& tex
   std::vector<LoglikRequest> out;
   for (std::size_t i = 0; i < texts.size(); ++i) {
     if (texts[i].context.empty() && prefix < 0) {
-      throw InputError(texts[i].where, "the context is empty and the tokenizer has neither a BOS nor an EOS token to use instead");
+      throw InputError(texts[i].where,
+                       "the context is empty and the tokenizer has neither a BOS nor an EOS token to use instead");
     }
     const LoglikTokens t = encode_loglik_pair(texts[i].context, texts[i].continuation, encode, plain, prefix);
     out.push_back(make_loglik_request(i, t, max_length, texts[i].where));
@@ -226,7 +229,9 @@ CalibrationSet loglikelihood_calibration(const RunSpec& spec) {
   c.dataset = calibration_dataset(spec);
   auto texts = read_requests(c.dataset);
   if (texts.size() > n) texts.resize(n);
-  for (auto& q : tokenize_requests(texts, tokenizer, max_length_of(spec), nullptr)) c.sequences.push_back(std::move(q.input));
+  for (auto& q : tokenize_requests(texts, tokenizer, max_length_of(spec), nullptr)) {
+    c.sequences.push_back(std::move(q.input));
+  }
   c.examples = static_cast<std::int64_t>(texts.size());
   return c;
 }
