@@ -17,4 +17,5 @@ mpirun --oversubscribe --bind-to none -n 2 "$bin" configs/roberta_int8.toml
 "$bin" compare results/demo_qa.h5 results/roberta_int8.h5 || echo "demo: int8 differs from fp32 beyond the default thresholds"
 mpirun --oversubscribe --bind-to none -n 2 "$bin" configs/demo_mlm.toml
 mpirun --oversubscribe --bind-to none -n 2 "$bin" configs/demo_generate.toml
+mpirun --oversubscribe --bind-to none -n 2 "$bin" configs/demo_loglikelihood.toml
 "$bin" inspect results/demo_qa.h5

@@ -58,6 +58,7 @@ BatchBytes batch_bytes(const RunSpec& spec, const ModelDims& m, const SequenceNe
                           m.vocab, 4});
       break;
     case TaskKind::perplexity:
+    case TaskKind::loglikelihood:  // every position's logits row is made (the last ones are scored)
       b.scores = product({batch, m.heads, len, len, 4});
       b.logits = product({batch, len, m.vocab, 4});  // every position is scored
       break;

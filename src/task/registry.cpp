@@ -43,6 +43,13 @@ const std::vector<TaskInfo>& task_registry() {
        .keys = {"task.context_length", "task.stride"},
        .thresholds_section = "perplexity",
        .logits_by_default = false},
+      {.kind = TaskKind::loglikelihood,
+       .name = "loglikelihood",
+       .role = ModelRole::decoder,
+       .summary = "log-likelihood of continuations (lm-evaluation-harness)",
+       .keys = {},
+       .thresholds_section = "loglikelihood",
+       .logits_by_default = false},
   };
   return rows;
 }

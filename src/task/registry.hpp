@@ -18,8 +18,8 @@ struct RunSpec;
 
 // In registry row order. Adding a task: a value here, kTaskCount, a row in registry.cpp (see
 // docs/architecture.md "Tasks" for the other files).
-enum class TaskKind { qa, mlm, generate, perplexity };
-inline constexpr std::size_t kTaskCount = 4;
+enum class TaskKind { qa, mlm, generate, perplexity, loglikelihood };
+inline constexpr std::size_t kTaskCount = 5;
 
 // The kind of model a task runs: an encoder with a token-level head, or a causal LM.
 enum class ModelRole { encoder, decoder };
@@ -46,7 +46,7 @@ struct TaskInfo {
 const std::vector<TaskInfo>& task_registry();  // in TaskKind order
 const TaskInfo& task_info(TaskKind kind);
 const TaskInfo* find_task(std::string_view name);  // nullptr when unknown
-// "qa, mlm, generate, perplexity": the task.kind values, for messages.
+// "qa, mlm, generate, perplexity, loglikelihood": the task.kind values, for messages.
 std::string task_names();
 
 const char* to_string(TaskKind kind);

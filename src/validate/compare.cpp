@@ -561,6 +561,41 @@ void compare_perplexity(const H5Reader& ref, const H5Reader& cand, const std::ve
   }
 }
 
+// --- loglikelihood ----------------------------------------------------------------------------------
+
+void compare_loglikelihood(const H5Reader& ref, const H5Reader& cand, const std::vector<std::string>& ids, Builder& b) {
+  for (const auto* f : {&ref, &cand}) require(*f, "/loglikelihood/value", "a loglikelihood result has /loglikelihood/value");
+  const auto ca = ref.read_ragged_i64("/requests/continuation_ids"), cb = cand.read_ragged_i64("/requests/continuation_ids");
+  const auto xa = ref.read_ragged_i64("/requests/context_ids"), xb = cand.read_ragged_i64("/requests/context_ids");
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i >= ca.size() || i >= cb.size() || ca[i] != cb[i] || xa.at(i) != xb.at(i))
+      throw InputError(cand.path() + ": /requests", "request '" + ids[i] +
+                                                        "' has other context or continuation token ids than in the reference");
+  }
+  const auto la = ref.read_f64("/loglikelihood/value"), lb = cand.read_f64("/loglikelihood/value");
+  const auto ga = ref.read_i64("/loglikelihood/is_greedy"), gb = cand.read_i64("/loglikelihood/is_greedy");
+  if (la.size() != ids.size() || lb.size() != ids.size() || ga.size() != ids.size() || gb.size() != ids.size())
+    throw InputError(cand.path() + ": /loglikelihood", "one value per request expected");
+  std::vector<double> diff(ids.size());
+  std::size_t agree = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    diff[i] = std::fabs(lb[i] - la[i]);
+    agree += ga[i] == gb[i] ? 1 : 0;
+  }
+  b.check("loglik_diff_max", ids.empty() ? 0.0 : *std::max_element(diff.begin(), diff.end()), "loglik_diff_max");
+  b.info("loglik_diff_mean", ids.empty() ? 0.0 : mean(diff), "mean per-request |log-likelihood cand - ref| (nats)");
+  b.check("greedy_agreement", ids.empty() ? 1.0 : static_cast<double>(agree) / static_cast<double>(ids.size()),
+          "greedy_agreement_min");
+  b.c.histograms.push_back(DiffHistogram::of("|log-likelihood difference| per request", diff));
+  b.c.rows_title = "requests";
+  b.c.sample_columns = {"loglik ref", "loglik cand", "|diff|", "greedy ref", "greedy cand"};
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    SampleRow row{ids[i], {}, {diff[i], ga[i] == gb[i] ? 0.0 : 1.0}};
+    row.cells = {fmt(la[i]), fmt(lb[i]), fmt(diff[i]), ga[i] ? "yes" : "no", gb[i] ? "yes" : "no"};
+    b.c.rows.push_back(std::move(row));
+  }
+}
+
 // How each task's result files are compared, keyed by the task registry's TaskKind.
 using CompareFunction = void (*)(const H5Reader& ref, const H5Reader& cand, const std::vector<std::string>& ids,
                                  Builder& b);
@@ -574,6 +609,7 @@ constexpr CompareRow kCompare[] = {
     {TaskKind::mlm, compare_mlm},
     {TaskKind::generate, compare_generate},
     {TaskKind::perplexity, compare_perplexity},
+    {TaskKind::loglikelihood, compare_loglikelihood},
 };
 static_assert(rows_cover_every_task(kCompare), "kCompare needs one row per TaskKind, in TaskKind order");
 

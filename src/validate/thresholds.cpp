@@ -43,6 +43,8 @@ const std::vector<ThresholdSpec>& threshold_specs() {
       {"perplexity", "kl_mean", 0.005, false, "mean per-token KL(ref || cand) (nats; needs logits)"},
       {"perplexity", "kl_p99", 0.05, false, "99th percentile of per-token KL (nats; needs logits)"},
       {"perplexity", "top1_agreement_min", 0.95, true, "share of scored tokens with the same top-1 id (needs logits)"},
+      {"loglikelihood", "loglik_diff_max", 0.05, false, "max per-request |log-likelihood cand - ref| (nats)"},
+      {"loglikelihood", "greedy_agreement_min", 1.0, true, "share of requests with the same is_greedy"},
   };
   return specs;
 }

@@ -101,6 +101,12 @@ class Resume : public ::testing::Test {
       std::ofstream f(dir_ / "corpus.txt");
       for (int i = 0; i < 2000; ++i) f << sentence(12) << ".\n";
     }
+    {
+      std::ofstream f(dir_ / "loglik.jsonl");
+      for (int i = 0; i < 1500; ++i) {
+        f << "{\"context\": \"" << sentence(3 + i % 9) << "\", \"continuation\": \" " << sentence(1 + i % 4) << "\"}\n";
+      }
+    }
     fs::copy(dir_ / "llama", dir_ / "model", fs::copy_options::recursive);  // the generate run's model
     write_config("generate.toml", "generate", dir_ / "model",
                  "dataset = \"" + (dir_ / "prompts.jsonl").string() +
@@ -112,6 +118,8 @@ class Resume : public ::testing::Test {
                      "\"\nbatch_size = 2\n[output]\nlogits = \"topk\"\ntop_k = 5\n");
     write_config("perplexity.toml", "perplexity", dir_ / "llama",
                  "dataset = \"" + (dir_ / "corpus.txt").string() + "\"\ncontext_length = 32\nstride = 16\nbatch_size = 2\n");
+    write_config("loglikelihood.toml", "loglikelihood", dir_ / "llama",
+                 "dataset = \"" + (dir_ / "loglik.jsonl").string() + "\"\nbatch_size = 2\n");
     // The same run with the model split over the 2 ranks (tensor parallel): one group, whose first
     // rank journals.
     write_config("perplexity_tp.toml", "perplexity", dir_ / "llama",
@@ -304,6 +312,16 @@ TEST_F(Resume, PerplexityResumesToTheSameFile) {
   expect_close(a.read_f64("/scores/log_prob"), b.read_f64("/scores/log_prob"), 1e-5, "log_prob");
   EXPECT_NEAR(a.attr_double("/metrics", "perplexity"), b.attr_double("/metrics", "perplexity"),
               1e-6 * a.attr_double("/metrics", "perplexity"));
+}
+
+TEST_F(Resume, LoglikelihoodResumesToTheSameFile) {
+  const auto [ref_path, got_path] = kill_and_resume("loglikelihood.toml", [](const std::string& out) {
+    hostile_record_is_refused("loglikelihood.toml", out, "cut", "ByteReader: message truncated)");
+  });
+  H5Reader a(ref_path), b(got_path);
+  EXPECT_EQ(a.read_i64("/loglikelihood/num_tokens"), b.read_i64("/loglikelihood/num_tokens"));
+  EXPECT_EQ(a.read_i64("/loglikelihood/is_greedy"), b.read_i64("/loglikelihood/is_greedy"));
+  expect_close(a.read_f64("/loglikelihood/value"), b.read_f64("/loglikelihood/value"), 1e-5, "loglikelihood");
 }
 
 TEST_F(Resume, TensorParallelRunResumesToTheSameFile) {

@@ -1,7 +1,7 @@
-// What the decoder tasks (generate, perplexity: Llama-family causal LMs) share: the tokenizer on rank
+// What the decoder tasks (generate, perplexity, loglikelihood: causal LMs) share: the tokenizer on rank
 // 0, direct INT8 quantization's calibration inputs sent beside the task's own shared data, loading
 // the model and the checks of token ids against it. Each task's flow (generate_flow.cpp,
-// perplexity_flow.cpp) prepares its items, runs them and writes its result file.
+// perplexity_flow.cpp, loglikelihood_flow.cpp) prepares its items, runs them and writes its result file.
 #pragma once
 
 #include <memory>

@@ -19,6 +19,7 @@ constexpr FlowRow kFlows[] = {
     {TaskKind::mlm, make_mlm_flow, mlm_calibration},
     {TaskKind::generate, make_generate_flow, generate_calibration},
     {TaskKind::perplexity, make_perplexity_flow, perplexity_calibration},
+    {TaskKind::loglikelihood, make_loglikelihood_flow, loglikelihood_calibration},
 };
 static_assert(rows_cover_every_task(kFlows), "kFlows needs one row per TaskKind, in TaskKind order");
 

@@ -17,6 +17,8 @@ std::unique_ptr<TaskFlow> make_generate_flow();  // generate_flow.cpp
 CalibrationSet generate_calibration(const RunSpec& spec);
 std::unique_ptr<TaskFlow> make_perplexity_flow();  // perplexity_flow.cpp
 CalibrationSet perplexity_calibration(const RunSpec& spec);
+std::unique_ptr<TaskFlow> make_loglikelihood_flow();  // loglikelihood_flow.cpp
+CalibrationSet loglikelihood_calibration(const RunSpec& spec);
 
 // The calibration inputs of a run's task (rank 0; empty when the settings need none).
 CalibrationSet task_calibration(const RunSpec& spec);

@@ -464,7 +464,7 @@ TEST(ConfigEnum, TaskKindAndLogits) {
   std::string m =
       error_of("[run]\nname=\"x\"\n[model]\npath=\"p\"\n[task]\nkind=\"summarize\"\ndataset=\"d\"\n");
   EXPECT_HAS(m, "cfg.toml:6");
-  EXPECT_HAS(m, "task.kind: 'summarize' is not allowed; allowed values: qa, mlm, generate, perplexity");
+  EXPECT_HAS(m, "task.kind: 'summarize' is not allowed; allowed values: qa, mlm, generate, perplexity, loglikelihood");
   m = error_of(kQa + "[output]\nlogits = \"top-k\"\n");
   EXPECT_HAS(m, "cfg.toml:9");
   EXPECT_HAS(m, "allowed values: none, topk, full (did you mean 'topk'?)");

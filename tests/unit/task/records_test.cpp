@@ -7,6 +7,7 @@
 #include "dist/serialize.hpp"
 #include "task/encoder_runner.hpp"
 #include "task/generate.hpp"
+#include "task/loglikelihood.hpp"
 #include "task/mlm.hpp"
 #include "task/perplexity.hpp"
 
@@ -158,6 +159,37 @@ TEST(TaskRecords, PerplexityWindowStreamAndScores) {
   EXPECT_EQ(b.topk_ids, a.topk_ids);
   EXPECT_EQ(b.topk_logits, a.topk_logits);
   EXPECT_EQ(b.seconds, 0.75);
+}
+
+TEST(TaskRecords, LoglikRequestAndScore) {
+  LoglikRequest q;
+  q.index = 7;
+  q.input = {1, 40, 41, 42};
+  q.target = {42, 43};
+  q.truncated = 3;
+  const LoglikRequest r = round_trip(q);
+  EXPECT_EQ(r.index, 7u);
+  EXPECT_EQ(r.input, q.input);
+  EXPECT_EQ(r.target, q.target);
+  EXPECT_EQ(r.truncated, 3);
+
+  LoglikScore a;
+  a.loglikelihood = -3.25;
+  a.is_greedy = true;
+  a.num_tokens = 2;
+  a.seconds = 0.5;
+  const LoglikScore b = round_trip(a);
+  EXPECT_EQ(b.loglikelihood, -3.25);
+  EXPECT_TRUE(b.is_greedy);
+  EXPECT_EQ(b.num_tokens, 2);
+  EXPECT_EQ(b.seconds, 0.5);
+  // the journal's bytes: value, greedy flag, token count, seconds
+  ByteWriter w;
+  w.put<double>(-3.25);
+  w.put<std::uint8_t>(1);
+  w.put<std::int64_t>(2);
+  w.put<double>(0.5);
+  EXPECT_EQ(to_bytes(a), w.take());
 }
 
 // The layout is the one journals of earlier builds hold (the resume tests resume across a restart of

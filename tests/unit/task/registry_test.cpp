@@ -24,7 +24,7 @@ TEST(TaskRegistry, OneRowPerKindInOrder) {
     EXPECT_EQ(std::string(rows[i].fixed_shape_option).empty(), rows[i].shapes_fixed == nullptr) << rows[i].name;
   }
   EXPECT_EQ(find_task("summarize"), nullptr);
-  EXPECT_EQ(task_names(), "qa, mlm, generate, perplexity");
+  EXPECT_EQ(task_names(), "qa, mlm, generate, perplexity, loglikelihood");
 }
 
 TEST(TaskRegistry, RolesAndKeys) {
@@ -32,6 +32,8 @@ TEST(TaskRegistry, RolesAndKeys) {
   EXPECT_EQ(task_info(TaskKind::mlm).role, ModelRole::encoder);
   EXPECT_EQ(task_info(TaskKind::generate).role, ModelRole::decoder);
   EXPECT_EQ(task_info(TaskKind::perplexity).role, ModelRole::decoder);
+  EXPECT_EQ(task_info(TaskKind::loglikelihood).role, ModelRole::decoder);
+  EXPECT_FALSE(task_info(TaskKind::loglikelihood).logits_by_default);
   EXPECT_TRUE(task_info(TaskKind::qa).applies("task.doc_stride"));
   EXPECT_FALSE(task_info(TaskKind::mlm).applies("task.doc_stride"));
   EXPECT_TRUE(task_info(TaskKind::generate).applies("validation.golden"));
