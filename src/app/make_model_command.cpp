@@ -17,21 +17,22 @@
 namespace evalrun {
 int make_model_command(int argc, char** argv) {
   CLI::App app{"Write a deterministic random checkpoint in Hugging Face format (config.json,\n"
-               "model.safetensors, tokenizer files) for demos, tests and benchmarks: RoBERTa (presets tiny,\n"
-               "roberta-base; --head qa|mlm) or Llama-family decoders (presets tiny-llama, tiny-granite, tiny-mistral,\n"
+               "model.safetensors, tokenizer files) for demos, tests and benchmarks: encoders (presets tiny,\n"
+               "roberta-base, tiny-xlmr, tiny-bert, tiny-distilbert; --head qa|mlm) or Llama-family decoders (presets tiny-llama, tiny-granite, tiny-mistral,\n"
                "tiny-qwen2, tiny-mixtral, llama-110m).",
                "evalrun make-model"};
   std::string out, head = "qa", preset = "tiny", tokenizer_from;
   std::uint64_t seed = 0;
   int vocab_target = 1000;
   app.add_option("--out", out, "directory to write (created)")->required();
-  auto* head_opt = app.add_option("--head", head, "RoBERTa presets: qa (RobertaForQuestionAnswering) or mlm (RobertaForMaskedLM)")
+  auto* head_opt = app.add_option("--head", head, "encoder presets: qa (...ForQuestionAnswering) or mlm (...ForMaskedLM)")
       ->check(CLI::IsMember({"qa", "mlm"}));
   app.add_option("--preset", preset,
-                 "tiny (RoBERTa, hidden 32, 2 layers), roberta-base (125M parameters), tiny-llama, tiny-granite, "
+                 "tiny (RoBERTa, hidden 32, 2 layers), roberta-base (125M parameters), tiny-xlmr, tiny-bert, "
+                 "tiny-distilbert (the tiny sizes as XLM-R / BERT / DistilBERT), tiny-llama, tiny-granite, "
                  "tiny-mistral (sliding window 8), tiny-qwen2 (q/k/v biases, tied), tiny-mixtral (4 experts, top 2) "
                  "(hidden 64, 2 layers, GQA), llama-110m (hidden 768, 12 layers, vocab 32000)")
-      ->check(CLI::IsMember({"tiny", "roberta-base", "tiny-llama", "tiny-granite", "tiny-mistral", "tiny-qwen2",
+      ->check(CLI::IsMember({"tiny", "roberta-base", "tiny-xlmr", "tiny-bert", "tiny-distilbert", "tiny-llama", "tiny-granite", "tiny-mistral", "tiny-qwen2",
                              "tiny-mixtral", "llama-110m"}));
   app.add_option("--seed", seed, "random seed of the weights");
   app.add_option("--tokenizer-from", tokenizer_from,
@@ -109,9 +110,12 @@ int make_model_command(int argc, char** argv) {
     }
   }
   const auto tokenizer = ByteLevelBPE::from_dir(out);
-  const bool decoder = preset != "tiny" && preset != "roberta-base";
+  const bool decoder = preset != "tiny" && preset != "roberta-base" && preset != "tiny-xlmr" && preset != "tiny-bert" &&
+                       preset != "tiny-distilbert";
   if (decoder) {
-    if (head_opt->count() > 0) throw InputError("--head", "applies only to the RoBERTa presets (tiny, roberta-base)");
+    if (head_opt->count() > 0) {
+      throw InputError("--head", "applies only to the encoder presets (tiny, roberta-base, tiny-xlmr, tiny-bert, tiny-distilbert)");
+    }
     // llama-110m keeps its real vocabulary (32000) so its cost is the real model's.
     const std::int64_t vocab = preset == "llama-110m" ? std::max<std::int64_t>(32000, tokenizer.vocab_size())
                                                       : tokenizer.vocab_size();
@@ -128,7 +132,7 @@ int make_model_command(int argc, char** argv) {
                                                       : tokenizer.vocab_size();
   make_roberta_checkpoint(out, preset, head == "qa" ? EncoderHead::question_answering : EncoderHead::masked_lm, seed,
                           vocab);
-  std::printf("wrote %s: RoBERTa %s (%s head, vocab %lld, seed %llu)\n", out.c_str(), preset.c_str(), head.c_str(),
+  std::printf("wrote %s: encoder %s (%s head, vocab %lld, seed %llu)\n", out.c_str(), preset.c_str(), head.c_str(),
               static_cast<long long>(vocab), static_cast<unsigned long long>(seed));
   quantize();
   return 0;

@@ -28,6 +28,12 @@ class Registry : public ::testing::Test {
     root_ = new fs::path(testing::make_temp_dir("evalrun-registry-test"));
     make_roberta_checkpoint(dir("RobertaForQuestionAnswering"), "tiny", EncoderHead::question_answering, 1, 50);
     make_roberta_checkpoint(dir("RobertaForMaskedLM"), "tiny", EncoderHead::masked_lm, 2, 50);
+    make_roberta_checkpoint(dir("XLMRobertaForQuestionAnswering"), "tiny-xlmr", EncoderHead::question_answering, 11, 50);
+    make_roberta_checkpoint(dir("XLMRobertaForMaskedLM"), "tiny-xlmr", EncoderHead::masked_lm, 12, 50);
+    make_roberta_checkpoint(dir("BertForQuestionAnswering"), "tiny-bert", EncoderHead::question_answering, 8, 50);
+    make_roberta_checkpoint(dir("BertForMaskedLM"), "tiny-bert", EncoderHead::masked_lm, 9, 50);
+    make_roberta_checkpoint(dir("DistilBertForQuestionAnswering"), "tiny-distilbert", EncoderHead::question_answering,
+                            10, 50);
     make_llama_checkpoint(dir("LlamaForCausalLM"), "tiny-llama", 3, 50);
     make_llama_checkpoint(dir("GraniteForCausalLM"), "tiny-granite", 4, 50);
     make_llama_checkpoint(dir("MistralForCausalLM"), "tiny-mistral", 5, 50);
@@ -92,7 +98,7 @@ TEST_F(Registry, EveryRowLoadsItsArchitectureWithItsRole) {
       EXPECT_NE(load_causal_lm({dir(a.name)}), nullptr);
     }
   }
-  EXPECT_EQ(names.size(), 7u);
+  EXPECT_EQ(names.size(), 12u);
 }
 
 TEST_F(Registry, ACheckpointOfTheOtherRoleIsRefused) {
@@ -167,6 +173,25 @@ TEST_F(Registry, FamilyOptionsThatAreNotImplementedAreRefused) {
     SCOPED_TRACE(std::string(k.row) + " " + k.key);
     const std::string d = edited(k.row, "refused-" + std::to_string(i++), k.edit);
     const std::string e = load_error(d, ModelRole::decoder);
+    EXPECT_NE(e.find(k.key), std::string::npos) << e;
+    EXPECT_NE(e.find(k.value), std::string::npos) << e;
+  }
+  // The encoder families' options evalrun does not implement.
+  const std::vector<Case> encoder_cases = {
+      {"BertForQuestionAnswering", [](json& c) { c["position_embedding_type"] = "relative_key"; },
+       "config.json: position_embedding_type", "'relative_key'"},
+      {"BertForMaskedLM", [](json& c) { c["hidden_act"] = "swish"; }, "config.json: hidden_act", "'swish'"},
+      {"DistilBertForQuestionAnswering", [](json& c) { c["sinusoidal_pos_embds"] = true; },
+       "config.json: sinusoidal_pos_embds", "true"},
+      {"DistilBertForQuestionAnswering", [](json& c) { c["activation"] = "swish"; }, "config.json: activation",
+       "'swish'"},
+      {"DistilBertForQuestionAnswering", [](json& c) { c["architectures"] = {"DistilBertForMaskedLM"}; },
+       "config.json: architectures", "'DistilBertForMaskedLM' is not supported"},
+  };
+  for (const auto& k : encoder_cases) {
+    SCOPED_TRACE(std::string(k.row) + " " + k.key);
+    const std::string d = edited(k.row, "refused-" + std::to_string(i++), k.edit);
+    const std::string e = load_error(d, ModelRole::encoder);
     EXPECT_NE(e.find(k.key), std::string::npos) << e;
     EXPECT_NE(e.find(k.value), std::string::npos) << e;
   }
