@@ -1,16 +1,136 @@
 #include "tokenizer/encoder_tokenizer.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <sentencepiece_processor.h>
 
 #include "common/errors.hpp"
 #include "common/parse_limits.hpp"
 #include "common/sha256.hpp"
 #include "common/text.hpp"
+#include "common/utf8.hpp"
+#include "tokenizer/hf/pipeline.hpp"
 #include "tokenizer/hf_tokenizer.hpp"
 #include "tokenizer/slow_converters.hpp"
+#include "tokenizer/slow_files.hpp"
 
 namespace evalrun {
+
+// XLMRobertaTokenizer: the sentencepiece model and the added tokens tokenizer_config.json lists.
+struct XlmrSentencePiece {
+  sentencepiece::SentencePieceProcessor sp;
+  std::string path;
+  struct Added {
+    std::string content;
+    std::int64_t id;
+    bool lstrip, rstrip, special;
+  };
+  std::vector<Added> added;
+
+  // The slow tokenizer's id of a sentencepiece id: + 1, sentencepiece's unk (0) is <unk> (3).
+  static std::int64_t id_of(int sp_id) { return sp_id == 0 ? 3 : sp_id + 1; }
+
+  void encode_part(std::string_view text, std::size_t at, const std::vector<std::size_t>& cp, Encoding& out) const {
+    if (text.empty()) return;
+    const auto spt = sp.EncodeAsImmutableProto(text);
+    for (const auto& piece : spt.pieces()) {
+      out.ids.push_back(id_of(static_cast<int>(piece.id())));
+      auto to_cp = [&](std::size_t byte) {
+        return static_cast<int>(std::lower_bound(cp.begin(), cp.end(), at + byte) - cp.begin());
+      };
+      out.offsets.emplace_back(to_cp(piece.begin()), to_cp(piece.end()));
+    }
+  }
+
+  // transformers' slow tokenize(): added tokens split out (leftmost, longest first), the text around
+  // an lstrip / rstrip token stripped on that side, every other non-empty part through sentencepiece.
+  Encoding encode(std::string_view text) const {
+    const std::vector<std::size_t> cp = utf8_code_point_starts(text);
+    Encoding out;
+    std::size_t start = 0, i = 0;
+    bool strip_next_left = false;
+    auto flush = [&](std::size_t end, bool strip_right) {
+      std::size_t a = start, b = end;
+      auto space_at = [&](std::size_t k) { return is_python_space(decode_utf8_at(text, k).code_point); };
+      if (strip_next_left) {
+        while (a < b && space_at(a)) a += static_cast<std::size_t>(decode_utf8_at(text, a).length);
+      }
+      if (strip_right) {
+        while (b > a) {
+          std::size_t k = b - 1;
+          while (k > a && (static_cast<unsigned char>(text[k]) & 0xC0) == 0x80) --k;
+          if (!space_at(k)) break;
+          b = k;
+        }
+      }
+      encode_part(text.substr(a, b - a), a, cp, out);
+    };
+    while (i < text.size()) {
+      const Added* hit = nullptr;
+      for (const auto& t : added) {
+        if (text.compare(i, t.content.size(), t.content) == 0 && (hit == nullptr || t.content.size() > hit->content.size())) {
+          hit = &t;
+        }
+      }
+      if (hit == nullptr) {
+        ++i;
+        continue;
+      }
+      flush(i, hit->lstrip);
+      const int a = static_cast<int>(std::lower_bound(cp.begin(), cp.end(), i) - cp.begin());
+      i += hit->content.size();
+      const int b = static_cast<int>(std::lower_bound(cp.begin(), cp.end(), i) - cp.begin());
+      out.ids.push_back(hit->id);
+      out.offsets.emplace_back(a, b);
+      start = i;
+      strip_next_left = hit->rstrip;
+    }
+    flush(text.size(), false);
+    return out;
+  }
+
+  // transformers' slow decode(): runs of pieces joined with "▁" -> " " and stripped, added tokens
+  // as their text, the parts joined by spaces, then clean_up_tokenization.
+  std::string decode(const std::vector<std::int64_t>& ids, bool skip_special) const {
+    std::vector<std::string> parts;
+    std::string run;
+    auto flush = [&] {
+      if (run.empty()) return;
+      std::string t;
+      for (std::size_t k = 0; k < run.size();) {
+        if (run.compare(k, 3, "\xE2\x96\x81") == 0) {
+          t += ' ';
+          k += 3;
+        } else {
+          t += run[k++];
+        }
+      }
+      const auto b = t.find_first_not_of(' '), e = t.find_last_not_of(' ');
+      parts.push_back(b == std::string::npos ? "" : t.substr(b, e - b + 1));
+      run.clear();
+    };
+    for (auto id : ids) {
+      const Added* a = nullptr;
+      for (const auto& t : added) {
+        if (t.id == id) a = &t;
+      }
+      if (a != nullptr) {
+        if (skip_special && a->special) continue;
+        flush();
+        parts.push_back(a->content);
+        continue;
+      }
+      if (id < 4 || id - 1 >= sp.GetPieceSize()) continue;  // not a piece
+      run += sp.IdToPiece(static_cast<int>(id - 1));
+    }
+    flush();
+    std::string out;
+    for (const auto& p : parts) out += (out.empty() ? "" : " ") + p;
+    return hf::clean_up_tokenization(std::move(out));
+  }
+};
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -88,6 +208,51 @@ EncoderTokenizer::EncoderTokenizer(ByteLevelBPE bpe)
   pair_.after = {special_.eos};
 }
 
+EncoderTokenizer EncoderTokenizer::xlm_roberta(const std::string& dir) {
+  const fs::path d(dir);
+  const std::string config_file = (d / "tokenizer_config.json").string();
+  const json config = read_config(config_file);
+  const fs::path model = d / "sentencepiece.bpe.model";
+  if (!fs::exists(model)) throw InputError(model.string(), "missing: XLMRobertaTokenizer needs it");
+  auto x = std::make_shared<XlmrSentencePiece>();
+  x->path = model.string();
+  const auto status = x->sp.Load(x->path);
+  if (!status.ok()) throw InputError(x->path, "cannot load sentencepiece model: " + status.ToString());
+  // fairseq's ids: <s> <pad> </s> <unk>, the pieces from 4 (sentencepiece's own 3 shifted by 1), <mask> last.
+  const std::int64_t mask = x->sp.GetPieceSize() + 1;
+  x->added = {{"<s>", 0, false, false, true}, {"<pad>", 1, false, false, true}, {"</s>", 2, false, false, true},
+              {"<unk>", 3, false, false, true}, {"<mask>", mask, true, false, true}};
+  for_each_added_token(config, config_file, [&](std::int64_t id, const json& v, const std::string& where) {
+    if (!v.is_object() || !v.contains("content") || !v["content"].is_string()) {
+      throw InputError(where, "expected an object with a string \"content\"");
+    }
+    const std::string content = v["content"].get<std::string>();
+    auto flag = [&](const char* key, bool fallback) {
+      return v.contains(key) && v[key].is_boolean() ? v[key].get<bool>() : fallback;
+    };
+    for (auto& a : x->added) {
+      if (a.content != content) continue;
+      if (a.id != id) {
+        throw InputError(where, json(content).dump() + " has id " + std::to_string(id) + "; XLMRobertaTokenizer gives it " +
+                                    std::to_string(a.id));
+      }
+      a.lstrip = flag("lstrip", a.lstrip);
+      a.rstrip = flag("rstrip", a.rstrip);
+      return;
+    }
+    throw InputError(where, "added token " + json(content).dump() + " is not supported for XLMRobertaTokenizer");
+  });
+  EncoderTokenizer t;
+  t.xlmr_ = x;
+  t.special_ = {0, 2, 1, 3, mask};
+  t.single_.before = t.pair_.before = {0};
+  t.single_.after = t.pair_.after = {2};
+  t.pair_.between = {2, 2};
+  t.vocab_file_ = x->path;
+  t.sha256_ = sha256_files({model, d / "tokenizer_config.json"});
+  return t;
+}
+
 EncoderTokenizer EncoderTokenizer::from_dir(const std::string& dir) {
   const fs::path d(dir);
   const fs::path config_path = d / "tokenizer_config.json";
@@ -96,7 +261,11 @@ EncoderTokenizer EncoderTokenizer::from_dir(const std::string& dir) {
   if (config.contains("tokenizer_class") && config["tokenizer_class"].is_string()) {
     tokenizer_class = config["tokenizer_class"].get<std::string>();
   }
-  const auto converted = fs::exists(d / "tokenizer.json") ? std::nullopt : convert_slow_tokenizer(dir, tokenizer_class);
+  const bool fast_file = fs::exists(d / "tokenizer.json");
+  if (!fast_file && (tokenizer_class == "XLMRobertaTokenizer" || tokenizer_class == "XLMRobertaTokenizerFast")) {
+    return xlm_roberta(dir);
+  }
+  const auto converted = fast_file ? std::nullopt : convert_slow_tokenizer(dir, tokenizer_class);
   if (!converted) return EncoderTokenizer(ByteLevelBPE::from_dir(dir));
 
   EncoderTokenizer t;
@@ -118,14 +287,19 @@ EncoderTokenizer EncoderTokenizer::from_dir(const std::string& dir) {
 
 Encoding EncoderTokenizer::encode(std::string_view text) const {
   if (bpe_) return bpe_->encode(text);
+  if (xlmr_) return xlmr_->encode(text);
   HfEncoding e = hf_->encode(text, false);
   return {std::move(e.ids), std::move(e.offsets)};
 }
 
 std::string EncoderTokenizer::decode(const std::vector<std::int64_t>& ids, bool skip_special_tokens) const {
+  if (xlmr_) return xlmr_->decode(ids, skip_special_tokens);
   return bpe_ ? bpe_->decode(ids, skip_special_tokens) : hf_->decode(ids, skip_special_tokens);
 }
 
-std::int64_t EncoderTokenizer::vocab_size() const { return bpe_ ? bpe_->vocab_size() : hf_->vocab_size(); }
+std::int64_t EncoderTokenizer::vocab_size() const {
+  if (xlmr_) return xlmr_->sp.GetPieceSize() + 2;
+  return bpe_ ? bpe_->vocab_size() : hf_->vocab_size();
+}
 
 }  // namespace evalrun

@@ -3,7 +3,10 @@
 //
 // Model: a slow class transformers converts (tokenizer_config.json tokenizer_class with a row in
 // slow_converters.cpp: BertTokenizer, DistilBertTokenizer) is read through that conversion and run by
-// HfTokenizer; everything else as ByteLevelBPE::from_dir reads it (RoBERTa's vocab.json + merges.txt,
+// HfTokenizer; XLMRobertaTokenizer (sentencepiece.bpe.model) as the slow class runs it: added tokens
+// split out first (<mask> lstrip), each other part through sentencepiece, piece ids + 1 (fairseq:
+// <s> 0, <pad> 1, </s> 2, <unk> 3, <mask> last), offsets as sentencepiece reports them; everything
+// else as ByteLevelBPE::from_dir reads it (RoBERTa's vocab.json + merges.txt,
 // or a byte-level BPE tokenizer.json). The frame (what the post-processor puts around the texts) is
 // RoBERTa's `<s> A </s>` / `<s> A </s></s> B </s>` without type ids for ByteLevelBPE, and whatever the
 // converted post-processor adds otherwise (BERT: `[CLS] A [SEP] B [SEP]`, types 0 .. 0 1 .. 1).
@@ -20,6 +23,7 @@
 namespace evalrun {
 
 class HfTokenizer;
+struct XlmrSentencePiece;
 
 // The special tokens around the texts, as tokenizer(text) / tokenizer(a, b) put them.
 struct EncoderFrame {
@@ -41,7 +45,7 @@ class EncoderTokenizer {
 
   const EncoderFrame& single() const { return single_; }
   const EncoderFrame& pair() const { return pair_; }
-  // pad, unk and mask (-1 when absent); bos / eos as ByteLevelBPE reports them (RoBERTa only).
+  // pad, unk and mask (-1 when absent); bos / eos for RoBERTa and XLM-R.
   const SpecialTokens& special() const { return special_; }
   const std::string& vocab_file() const { return vocab_file_; }
   const std::string& sha256() const { return sha256_; }
@@ -49,8 +53,10 @@ class EncoderTokenizer {
 
  private:
   EncoderTokenizer() = default;
+  static EncoderTokenizer xlm_roberta(const std::string& dir);
   std::shared_ptr<const ByteLevelBPE> bpe_;
   std::shared_ptr<const HfTokenizer> hf_;
+  std::shared_ptr<const XlmrSentencePiece> xlmr_;
   EncoderFrame single_, pair_;
   SpecialTokens special_;
   std::string vocab_file_, sha256_;

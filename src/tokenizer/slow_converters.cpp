@@ -6,6 +6,7 @@
 #include "common/errors.hpp"
 #include "common/parse_limits.hpp"
 #include "common/text.hpp"
+#include "common/utf8.hpp"
 #include "tokenizer/slow_files.hpp"
 
 namespace evalrun {
@@ -97,6 +98,9 @@ json read_vocab_txt(const fs::path& p) {
     std::size_t nl = text.find('\n', pos);
     if (nl == std::string::npos) nl = text.size();
     const std::string token = text.substr(pos, nl - pos);
+    if (find_invalid_utf8(token) != std::string::npos) {
+      throw InputError(p.string() + ":" + std::to_string(line + 1), "the token is not valid UTF-8");
+    }
     if (vocab.contains(token)) {
       throw InputError(p.string() + ":" + std::to_string(line + 1),
                        "token " + json(token).dump() + " is also on line " +

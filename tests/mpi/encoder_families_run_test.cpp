@@ -1,6 +1,6 @@
 // The BERT-style encoder families through the real binary under mpirun: evalrun run on the bert-qa,
-// distilbert-qa (task qa) and bert-mlm (task mlm) oracle checkpoints ($EVALRUN_DATA_DIR/oracle, slow
-// BertTokenizer / DistilBertTokenizer files) on 1 rank, 2 ranks data parallel and 2 ranks with
+// distilbert-qa, xlmr-qa (task qa) and bert-mlm, xlmr-mlm (task mlm) oracle checkpoints
+// ($EVALRUN_DATA_DIR/oracle, slow BertTokenizer / DistilBertTokenizer / XLMRobertaTokenizer files) on 1 rank, 2 ranks data parallel and 2 ranks with
 // tensor_parallel = 2: transformers' input ids, logits within 1e-4 of reference.h5 (bert-qa: with the
 // token type ids 0 / 1 the tokenizer gives), and identical predictions / n-best lists / top-k in every
 // layout.
@@ -62,16 +62,16 @@ class EncoderFamiliesRun : public ::testing::Test {
     return config.string();
   }
 
-  std::string mlm_config() {
-    const std::string oracle = data_ + "/oracle/bert-mlm";
+  std::string mlm_config(const std::string& fixture) {
+    const std::string oracle = data_ + "/oracle/" + fixture;
     H5Reader ref(oracle + "/reference.h5");
-    const fs::path jsonl = dir_ / "bert-mlm.jsonl", config = dir_ / "bert-mlm.toml";
+    const fs::path jsonl = dir_ / (fixture + ".jsonl"), config = dir_ / (fixture + ".toml");
     std::ofstream data(jsonl);
     for (const auto& id : ref.read_strings("/ids")) {
       data << nlohmann::json{{"id", id}, {"text", ref.attr_string("/samples/" + id, "text")}}.dump() << "\n";
     }
     data.close();
-    std::ofstream(config) << "[run]\nname = \"bert-mlm\"\nthreads = 1\n[model]\npath = \"" << oracle
+    std::ofstream(config) << "[run]\nname = \"" << fixture << "\"\nthreads = 1\n[model]\npath = \"" << oracle
                           << "\"\n[task]\nkind = \"mlm\"\ndataset = \"" << jsonl.string()
                           << "\"\nbatch_size = 4\ntop_k = 5\nmax_seq_length = 256\n[output]\nlogits = \"full\"\n";
     return config.string();
@@ -140,6 +140,8 @@ class EncoderFamiliesRun : public ::testing::Test {
     }
   }
 
+  void mlm_layouts(const std::string& fixture);
+
   static inline fs::path dir_;
   std::string data_;
 };
@@ -172,8 +174,8 @@ TEST_F(EncoderFamiliesRun, BertQaDirectInt8OnTwoRanksStaysCloseToHuggingFace) {
 
 TEST_F(EncoderFamiliesRun, DistilBertQaOnOneTwoRanksAndTensorParallelMatchesHuggingFace) { qa_layouts("distilbert-qa"); }
 
-TEST_F(EncoderFamiliesRun, BertMlmOnOneTwoRanksAndTensorParallelMatchesHuggingFace) {
-  const std::string config = mlm_config(), oracle = data_ + "/oracle/bert-mlm";
+void EncoderFamiliesRun::mlm_layouts(const std::string& fixture) {
+  const std::string config = mlm_config(fixture), oracle = data_ + "/oracle/" + fixture;
   H5Reader ref(oracle + "/reference.h5");
   const auto ids = ref.read_strings("/ids");
   std::vector<float> want;
@@ -186,7 +188,7 @@ TEST_F(EncoderFamiliesRun, BertMlmOnOneTwoRanksAndTensorParallelMatchesHuggingFa
   }
   std::vector<std::string> filled;
   for (const auto& [ranks, tp] : {std::pair{1, 1}, {2, 1}, {2, 2}}) {
-    const std::string path = run(config, "bert-mlm", ranks, tp);
+    const std::string path = run(config, fixture, ranks, tp);
     ASSERT_FALSE(path.empty());
     H5Reader out(path);
     const auto input_ids = out.read_ragged_i64("/samples/input_ids");
@@ -195,9 +197,29 @@ TEST_F(EncoderFamiliesRun, BertMlmOnOneTwoRanksAndTensorParallelMatchesHuggingFa
     const float d = max_abs(out.read_f32("/logits/mask_logits"), want);
     EXPECT_LE(d, 1e-4F) << path;
     EXPECT_EQ(out.read_i64("/predictions/token_ids"), want_top) << path;
+    // The top-1 fill-ins as transformers' fill-mask decodes them.
+    const auto tokens = out.read_strings("/predictions/tokens");
+    std::size_t row = 0;
+    for (const auto& id : ids) {
+      const auto want_tokens = nlohmann::json::parse(ref.attr_string("/samples/" + id, "predicted_tokens"));
+      for (const auto& t : want_tokens) {
+        EXPECT_EQ(tokens.at(row * 5), t.get<std::string>()) << path << " " << id;
+        ++row;
+      }
+    }
     const auto f = out.read_strings("/predictions/filled_text");
+    for (std::size_t k = 0; k < ids.size() && k < f.size(); ++k) {
+      EXPECT_EQ(f[k], ref.attr_string("/samples/" + ids[k], "filled_text")) << path << " " << ids[k];
+    }
     if (filled.empty()) filled = f;
     EXPECT_EQ(f, filled) << path;
-    std::printf("bert-mlm n%d tp%d max |mask logit diff| vs HF %.3g\n", ranks, tp, d);
+    std::printf("%s n%d tp%d max |mask logit diff| vs HF %.3g\n", fixture.c_str(), ranks, tp, d);
   }
 }
+
+TEST_F(EncoderFamiliesRun, BertMlmOnOneTwoRanksAndTensorParallelMatchesHuggingFace) { mlm_layouts("bert-mlm"); }
+
+// XLM-R through its XLMRobertaTokenizer files (sentencepiece Unigram, fairseq ids).
+TEST_F(EncoderFamiliesRun, XlmrQaOnOneTwoRanksAndTensorParallelMatchesHuggingFace) { qa_layouts("xlmr-qa"); }
+
+TEST_F(EncoderFamiliesRun, XlmrMlmOnOneTwoRanksAndTensorParallelMatchesHuggingFace) { mlm_layouts("xlmr-mlm"); }

@@ -4,6 +4,7 @@
 // context) and MLM features (ids, token types, mask positions).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -20,10 +21,12 @@ namespace {
 
 void expect_qa_features_match(const std::string& dir, bool types) {
   const EncoderTokenizer tok = EncoderTokenizer::from_dir(dir);
-  EXPECT_EQ(tok.pair().before, std::vector<std::int64_t>({2}));   // [CLS]
-  EXPECT_EQ(tok.pair().between, std::vector<std::int64_t>({3}));  // [SEP]
-  EXPECT_EQ(tok.pair().after, std::vector<std::int64_t>({3}));
-  EXPECT_TRUE(tok.pair().has_types());
+  const bool xlmr = dir.find("xlmr") != std::string::npos;
+  // [CLS] q [SEP] c [SEP], XLM-R: <s> q </s></s> c </s>
+  EXPECT_EQ(tok.pair().before, std::vector<std::int64_t>({xlmr ? 0 : 2}));
+  EXPECT_EQ(tok.pair().between, xlmr ? std::vector<std::int64_t>({2, 2}) : std::vector<std::int64_t>({3}));
+  EXPECT_EQ(tok.pair().after, std::vector<std::int64_t>({xlmr ? 2 : 3}));
+  EXPECT_EQ(tok.pair().has_types(), !xlmr);
   H5Reader ref(dir + "/reference.h5");
   const auto ids = ref.read_strings("/ids");
   std::vector<SquadExample> examples;
@@ -61,12 +64,13 @@ TEST(BertFeatures, QaFeaturesOfDistilBertQaEqualHuggingFaceInputs) {
   expect_qa_features_match(data + "/oracle/distilbert-qa", false);
 }
 
-TEST(BertFeatures, MlmFeaturesOfBertMlmEqualHuggingFaceInputs) {
+TEST(BertFeatures, QaFeaturesOfXlmrQaEqualHuggingFaceInputs) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
-  const std::string dir = data + "/oracle/bert-mlm";
+  expect_qa_features_match(data + "/oracle/xlmr-qa", false);
+}
+
+std::vector<MlmFeature> expect_mlm_features_match(const std::string& dir, bool types) {
   const EncoderTokenizer tok = EncoderTokenizer::from_dir(dir);
-  EXPECT_EQ(tok.special().mask, 4);
-  EXPECT_EQ(tok.special().pad, 0);
   H5Reader ref(dir + "/reference.h5");
   const auto ids = ref.read_strings("/ids");
   std::vector<TextSample> samples;
@@ -76,17 +80,47 @@ TEST(BertFeatures, MlmFeaturesOfBertMlmEqualHuggingFaceInputs) {
     s.text = ref.attr_string("/samples/" + id, "text");
     samples.push_back(s);
   }
-  const auto features = make_mlm_features(samples, tok, 256, "bert-mlm");
-  ASSERT_EQ(features.size(), ids.size());
-  for (std::size_t i = 0; i < ids.size(); ++i) {
+  const auto features = make_mlm_features(samples, tok, 256, dir);
+  EXPECT_EQ(features.size(), ids.size());
+  for (std::size_t i = 0; i < std::min(ids.size(), features.size()); ++i) {
     const std::string g = "/samples/" + ids[i];
-    EXPECT_EQ(features[i].input_ids, ref.read_i64(g + "/input_ids")) << ids[i];
-    EXPECT_EQ(features[i].token_type_ids, ref.read_i64(g + "/token_type_ids")) << ids[i];
-    EXPECT_EQ(features[i].mask_positions, ref.read_i64(g + "/mask_positions")) << ids[i];
+    EXPECT_EQ(features[i].input_ids, ref.read_i64(g + "/input_ids")) << dir << " " << ids[i];
+    if (types) {
+      EXPECT_EQ(features[i].token_type_ids, ref.read_i64(g + "/token_type_ids")) << ids[i];
+    } else {
+      EXPECT_TRUE(features[i].token_type_ids.empty());
+    }
+    EXPECT_EQ(features[i].mask_positions, ref.read_i64(g + "/mask_positions")) << dir << " " << ids[i];
   }
+  return features;
+}
+
+TEST(BertFeatures, MlmFeaturesOfBertMlmEqualHuggingFaceInputs) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  const std::string dir = data + "/oracle/bert-mlm";
+  const EncoderTokenizer tok = EncoderTokenizer::from_dir(dir);
+  EXPECT_EQ(tok.special().mask, 4);
+  EXPECT_EQ(tok.special().pad, 0);
+  const auto features = expect_mlm_features_match(dir, true);
+  ASSERT_FALSE(features.empty());
   // The fill-in text is decoded with the WordPiece decoder: lower-cased words, no [CLS] / [SEP].
   const std::string filled = fill_masks(features[0], {}, tok);
   EXPECT_EQ(filled.find("[CLS]"), std::string::npos) << filled;
+  EXPECT_NE(filled.find("lighthouse"), std::string::npos) << filled;
+}
+
+// XLMRobertaTokenizer: fairseq ids, <mask> = 1001 with lstrip.
+TEST(BertFeatures, MlmFeaturesOfXlmrMlmEqualHuggingFaceInputs) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  const std::string dir = data + "/oracle/xlmr-mlm";
+  const EncoderTokenizer tok = EncoderTokenizer::from_dir(dir);
+  EXPECT_EQ(tok.special().mask, 1001);
+  EXPECT_EQ(tok.special().pad, 1);
+  EXPECT_EQ(tok.vocab_size(), 1002);
+  const auto features = expect_mlm_features_match(dir, false);
+  ASSERT_FALSE(features.empty());
+  const std::string filled = fill_masks(features[0], {}, tok);
+  EXPECT_EQ(filled.find("<s>"), std::string::npos) << filled;
   EXPECT_NE(filled.find("lighthouse"), std::string::npos) << filled;
 }
 

@@ -135,6 +135,9 @@ TEST(HfOracleBert, SlowFilesTheConversionCannotReproduceAreInputErrors) {
   std::string e = error_of("[PAD]\n[UNK]\nthe\n[CLS]\n[SEP]\nthe\n", R"({"tokenizer_class": "BertTokenizer"})");
   EXPECT_NE(e.find("vocab.txt:6"), std::string::npos) << e;
   EXPECT_NE(e.find("also on line 3"), std::string::npos) << e;
+  e = error_of("[PAD]\n[UNK]\n[CLS]\n[SEP]\nab\xff\n", R"({"tokenizer_class": "BertTokenizer"})");
+  EXPECT_NE(e.find("vocab.txt:5"), std::string::npos) << e;
+  EXPECT_NE(e.find("not valid UTF-8"), std::string::npos) << e;
   e = error_of(ok_vocab, R"({"tokenizer_class": "BertTokenizer", "never_split": ["foo"]})");
   EXPECT_NE(e.find("tokenizer_config.json: never_split"), std::string::npos) << e;
   e = error_of(ok_vocab, R"({"tokenizer_class": "BertTokenizer", "do_basic_tokenize": false})");
