@@ -1,7 +1,7 @@
-// The BERT-style post-LayerNorm encoder (RoBERTa, BERT, DistilBERT) with a question-answering or
-// masked-LM head, loaded from a Hugging Face checkpoint directory (config.json + safetensors) and run
-// on the CPU with libtorch. The numerics follow transformers' RobertaFor*, BertFor* and
-// DistilBertForQuestionAnswering in eval mode (eager attention). The families differ only in facts
+// The BERT-style post-LayerNorm encoder (RoBERTa, XLM-R, BERT, DistilBERT) with a question-answering
+// or masked-LM head, loaded from a Hugging Face checkpoint directory (config.json + safetensors) and
+// run on the CPU with libtorch. The numerics follow transformers' RobertaFor*, XLMRobertaFor*, BertFor*
+// and DistilBertForQuestionAnswering in eval mode (eager attention). The families differ only in facts
 // (an EncoderFamily row: positions, token types, tensor names, config keys), not in their forward
 // pass. Torch stays behind a pimpl: this header is plain C++.
 #pragma once
@@ -18,7 +18,7 @@ namespace evalrun {
 
 // What one encoder family is (a row per config.json model_type in roberta_config.cpp).
 struct EncoderFamily {
-  const char* model_type;        // "roberta", "bert", "distilbert"
+  const char* model_type;        // "roberta", "xlm-roberta", "bert", "distilbert"
   const char* qa_architecture;   // "RobertaForQuestionAnswering"; nullptr: no such head here
   const char* mlm_architecture;  // "RobertaForMaskedLM"; nullptr: no such head here
   const char* prefix;            // encoder tensors' prefix in a checkpoint with a head: "roberta."
@@ -69,8 +69,9 @@ EncoderHead head_from_architectures(const EncoderFamily& family, const std::vect
 // The architectures entry of a family's head ("RobertaForQuestionAnswering", "BertForMaskedLM").
 const char* encoder_architecture(const EncoderFamily& family, EncoderHead head);
 
-// RobertaForQuestionAnswering, RobertaForMaskedLM, BertForQuestionAnswering, BertForMaskedLM and
-// DistilBertForQuestionAnswering (registry rows of the same names). One model replica. Not thread-safe: forward passes reuse internal work buffers (one model per rank / thread).
+// RobertaForQuestionAnswering, RobertaForMaskedLM, XLMRobertaForQuestionAnswering,
+// XLMRobertaForMaskedLM, BertForQuestionAnswering, BertForMaskedLM and DistilBertForQuestionAnswering
+// (registry rows of the same names). One model replica. Not thread-safe: forward passes reuse internal work buffers (one model per rank / thread).
 //
 // Precision: fp32 computes in float32 (GEMMs through oneDNN's sgemm when the build found libdnnl).
 // bf16 stores the weights in bfloat16 and runs the matrix products, bias adds, residuals and
@@ -85,7 +86,7 @@ class RobertaModel : public EncoderModel {
   // Reads dir/config.json and the safetensors (single file or sharded with an index). Every expected
   // tensor must exist with the expected shape; unexpected tensors are an error except the ones HF
   // ignores (pooler, embeddings.position_ids, a tied decoder weight). Encoder names may carry the
-  // family's prefix ("roberta.", "bert.", "distilbert.") or not. The model is built on the host whatever the device; src/device takes
+  // family's prefix ("roberta." also for XLM-R, "bert.", "distilbert.") or not. The model is built on the host whatever the device; src/device takes
   // its projections over after load. Quantized checkpoints and tensor parallelism as LlamaModel::load.
   static std::unique_ptr<RobertaModel> load(const ModelLoad& how);
   ~RobertaModel() override;
