@@ -1,5 +1,6 @@
 #include "app/make_model_command.hpp"
 
+#include <algorithm>
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -26,18 +27,20 @@ std::vector<std::string> all_presets() {
 
 int make_model_command(int argc, char** argv) {
   CLI::App app{"Write a deterministic random checkpoint in Hugging Face format (config.json,\n"
-               "model.safetensors, tokenizer files) for demos, tests and benchmarks: RoBERTa (presets tiny,\n"
-               "roberta-base; --head qa|mlm) or decoders (presets tiny-llama, tiny-granite, tiny-mistral,\n"
-               "tiny-qwen2, tiny-mixtral, tiny-gemma, tiny-starcoder2, tiny-gpt-bigcode, tiny-gpt2, llama-110m).",
+               "model.safetensors, tokenizer files) for demos, tests and benchmarks: encoders (presets tiny,\n"
+               "roberta-base, tiny-xlmr, tiny-bert, tiny-distilbert; --head qa|mlm) or decoders (presets tiny-llama,\n"
+               "tiny-granite, tiny-mistral, tiny-qwen2, tiny-mixtral, tiny-gemma, tiny-starcoder2, tiny-gpt-bigcode,\n"
+               "tiny-gpt2, llama-110m).",
                "evalrun make-model"};
   std::string out, head = "qa", preset = "tiny", tokenizer_from;
   std::uint64_t seed = 0;
   int vocab_target = 1000;
   app.add_option("--out", out, "directory to write (created)")->required();
-  auto* head_opt = app.add_option("--head", head, "RoBERTa presets: qa (RobertaForQuestionAnswering) or mlm (RobertaForMaskedLM)")
+  auto* head_opt = app.add_option("--head", head, "encoder presets: qa (...ForQuestionAnswering) or mlm (...ForMaskedLM)")
       ->check(CLI::IsMember({"qa", "mlm"}));
   app.add_option("--preset", preset,
-                 "tiny (RoBERTa, hidden 32, 2 layers), roberta-base (125M parameters), tiny-llama, tiny-granite, "
+                 "tiny (RoBERTa, hidden 32, 2 layers), roberta-base (125M parameters), tiny-xlmr, tiny-bert, "
+                 "tiny-distilbert (the tiny sizes as XLM-R / BERT / DistilBERT), tiny-llama, tiny-granite, "
                  "tiny-mistral (sliding window 8), tiny-qwen2 (q/k/v biases, tied), tiny-mixtral (4 experts, top 2) "
                  "(hidden 64, 2 layers, GQA), tiny-gemma (head_dim 24, 1 kv head, tied, tanh GELU, (1 + w) RMSNorm), "
                  "tiny-starcoder2 (LayerNorm, biases, sliding window 8), "
@@ -123,9 +126,12 @@ int make_model_command(int argc, char** argv) {
     }
   }
   const auto tokenizer = ByteLevelBPE::from_dir(out);
-  const bool decoder = preset != "tiny" && preset != "roberta-base";
+  const std::vector<std::string> encoders = roberta_presets();
+  const bool decoder = std::find(encoders.begin(), encoders.end(), preset) == encoders.end();
   if (decoder) {
-    if (head_opt->count() > 0) throw InputError("--head", "applies only to the RoBERTa presets (tiny, roberta-base)");
+    if (head_opt->count() > 0) {
+      throw InputError("--head", "applies only to the encoder presets (tiny, roberta-base, tiny-xlmr, tiny-bert, tiny-distilbert)");
+    }
     // llama-110m keeps its real vocabulary (32000) so its cost is the real model's.
     const std::int64_t vocab = preset == "llama-110m" ? std::max<std::int64_t>(32000, tokenizer.vocab_size())
                                                       : tokenizer.vocab_size();
@@ -142,7 +148,7 @@ int make_model_command(int argc, char** argv) {
                                                       : tokenizer.vocab_size();
   make_roberta_checkpoint(out, preset, head == "qa" ? EncoderHead::question_answering : EncoderHead::masked_lm, seed,
                           vocab);
-  std::printf("wrote %s: RoBERTa %s (%s head, vocab %lld, seed %llu)\n", out.c_str(), preset.c_str(), head.c_str(),
+  std::printf("wrote %s: encoder %s (%s head, vocab %lld, seed %llu)\n", out.c_str(), preset.c_str(), head.c_str(),
               static_cast<long long>(vocab), static_cast<unsigned long long>(seed));
   quantize();
   return 0;

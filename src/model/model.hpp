@@ -78,24 +78,45 @@ class Model {
 enum class EncoderHead { question_answering, masked_lm };
 
 // A bidirectional encoder with a token-level head. Inputs: ids and attention mask, row-major
-// [batch, seq] int64, right padding (mask 1 = token, 0 = padding).
+// [batch, seq] int64, right padding (mask 1 = token, 0 = padding). type_ids: the token type
+// (segment) ids, [batch, seq] as well, or nullptr for all 0; a model without token types (RoBERTa's
+// single row, DistilBERT) ignores them, as transformers does when the tokenizer gives none.
 class EncoderModel : public Model {
  public:
   virtual EncoderHead head() const = 0;
   virtual std::int64_t pad_token_id() const = 0;
   // Longest input (tokens per row) the position table allows.
   virtual std::int64_t max_sequence_length() const = 0;
+  // Whether the model adds token type embeddings (BERT): then type_ids change the result.
+  virtual bool uses_token_types() const = 0;
 
   // QA: start and end logits, float32 [batch, seq] each (padding positions hold values too).
-  virtual void question_answering(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch,
-                                  std::int64_t seq, std::vector<float>& start, std::vector<float>& end) = 0;
+  virtual void question_answering(const std::int64_t* ids, const std::int64_t* mask, const std::int64_t* type_ids,
+                                  std::int64_t batch, std::int64_t seq, std::vector<float>& start,
+                                  std::vector<float>& end) = 0;
   // MLM: logits float32 [positions.size(), vocab] at the given (row, position) pairs only.
-  virtual void masked_lm(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch, std::int64_t seq,
+  virtual void masked_lm(const std::int64_t* ids, const std::int64_t* mask, const std::int64_t* type_ids,
+                         std::int64_t batch, std::int64_t seq,
                          const std::vector<std::pair<std::int64_t, std::int64_t>>& positions,
                          std::vector<float>& logits) = 0;
   // Hidden states (float32) after the embeddings and after each layer: [layers + 1][batch * seq * hidden].
   virtual std::vector<std::vector<float>> hidden_states(const std::int64_t* ids, const std::int64_t* mask,
-                                                        std::int64_t batch, std::int64_t seq) = 0;
+                                                        const std::int64_t* type_ids, std::int64_t batch,
+                                                        std::int64_t seq) = 0;
+
+  // The same with all token types 0.
+  void question_answering(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch, std::int64_t seq,
+                          std::vector<float>& start, std::vector<float>& end) {
+    question_answering(ids, mask, nullptr, batch, seq, start, end);
+  }
+  void masked_lm(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch, std::int64_t seq,
+                 const std::vector<std::pair<std::int64_t, std::int64_t>>& positions, std::vector<float>& logits) {
+    masked_lm(ids, mask, nullptr, batch, seq, positions, logits);
+  }
+  std::vector<std::vector<float>> hidden_states(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch,
+                                                std::int64_t seq) {
+    return hidden_states(ids, mask, nullptr, batch, seq);
+  }
 
   void calibration_pass(const std::int64_t* ids, std::int64_t batch, std::int64_t seq) override;
 };

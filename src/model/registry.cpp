@@ -27,6 +27,11 @@ const std::vector<Architecture>& architectures() {
   static const std::vector<Architecture> rows = {
       {"RobertaForQuestionAnswering", "roberta", ModelRole::encoder, build<RobertaModel>, RobertaModel::dims_of},
       {"RobertaForMaskedLM", "roberta", ModelRole::encoder, build<RobertaModel>, RobertaModel::dims_of},
+      {"XLMRobertaForQuestionAnswering", "xlm-roberta", ModelRole::encoder, build<RobertaModel>, RobertaModel::dims_of},
+      {"XLMRobertaForMaskedLM", "xlm-roberta", ModelRole::encoder, build<RobertaModel>, RobertaModel::dims_of},
+      {"BertForQuestionAnswering", "bert", ModelRole::encoder, build<RobertaModel>, RobertaModel::dims_of},
+      {"BertForMaskedLM", "bert", ModelRole::encoder, build<RobertaModel>, RobertaModel::dims_of},
+      {"DistilBertForQuestionAnswering", "distilbert", ModelRole::encoder, build<RobertaModel>, RobertaModel::dims_of},
       {"LlamaForCausalLM", "llama", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
       {"GraniteForCausalLM", "granite", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},
       {"MistralForCausalLM", "mistral", ModelRole::decoder, build<LlamaModel>, LlamaModel::dims_of},

@@ -1,4 +1,7 @@
-// RoBERTa forward pass on libtorch tensors held by the model (no nn::Module, no autograd).
+// The encoder forward pass (RoBERTa, BERT, DistilBERT: post-LayerNorm layers, learned absolute
+// positions) on libtorch tensors held by the model (no nn::Module, no autograd). What differs between
+// the families is data in their EncoderFamily row (roberta_config.cpp): tensor names, position
+// numbering, token type embeddings, the MLM head's activation.
 //
 // Layout: activations are 2-D [batch * seq, hidden] row-major. Every linear weight is stored
 // pre-transposed and contiguous ([in, out]) so a product is one row-major GEMM; the query, key and
@@ -68,15 +71,15 @@ void torch_linear(Tensor& y, const Tensor& x, const quant::LinearPtr& layer, flo
 // Reads tensors out of a checkpoint, checking shapes and remembering which names were used.
 class WeightReader {
  public:
-  WeightReader(const Checkpoint& ckpt, torch::ScalarType target, bool round_to_half)
-      : ckpt_(ckpt), target_(target), round_to_half_(round_to_half) {}
+  WeightReader(const Checkpoint& ckpt, const std::string& prefix, torch::ScalarType target, bool round_to_half)
+      : ckpt_(ckpt), prefix_(prefix), target_(target), round_to_half_(round_to_half) {}
 
-  // Encoder tensors: "roberta." + name (as saved from a model with a head) or name (as saved from a
-  // bare RobertaModel); HF accepts both.
+  // Encoder tensors: the family's prefix + name (as saved from a model with a head, "roberta.") or
+  // name (as saved from the bare encoder); HF accepts both.
   Tensor encoder(const std::string& name, const std::vector<std::int64_t>& shape) {
-    if (ckpt_.find("roberta." + name) != nullptr) return take("roberta." + name, shape);
+    if (ckpt_.find(prefix_ + name) != nullptr) return take(prefix_ + name, shape);
     if (ckpt_.find(name) != nullptr) return take(name, shape);
-    throw InputError(ckpt_.dir() + ": tensor 'roberta." + name + "'",
+    throw InputError(ckpt_.dir() + ": tensor '" + prefix_ + name + "'",
                      "missing (expected shape " + shape_string(shape) + ")");
   }
 
@@ -89,9 +92,9 @@ class WeightReader {
   }
 
   bool has(const std::string& name) const { return ckpt_.find(name) != nullptr; }
-  // The checkpoint's name of an encoder tensor: with the "roberta." prefix or without.
+  // The checkpoint's name of an encoder tensor: with the family's prefix or without.
   std::string encoder_prefix() const {
-    return ckpt_.find("roberta.embeddings.word_embeddings.weight") != nullptr ? "roberta." : "";
+    return ckpt_.find(prefix_ + "embeddings.word_embeddings.weight") != nullptr ? prefix_ : "";
   }
   const Checkpoint& checkpoint() const { return ckpt_; }
   std::set<std::string>& used() { return used_; }
@@ -101,8 +104,13 @@ class WeightReader {
   void check_no_unexpected() const {
     for (const auto& name : ckpt_.names()) {
       if (used_.count(name)) continue;
-      const bool harmless = name.rfind("roberta.pooler.", 0) == 0 || name.rfind("pooler.", 0) == 0 ||
-                            name == "roberta.embeddings.position_ids" || name == "embeddings.position_ids";
+      // The pooler (unused by these heads) and the position / token type id buffers older
+      // transformers versions saved.
+      bool harmless = false;
+      for (const std::string& p : {prefix_, std::string()}) {
+        harmless = harmless || name.rfind(p + "pooler.", 0) == 0 || name == p + "embeddings.position_ids" ||
+                   name == p + "embeddings.token_type_ids";
+      }
       if (harmless) continue;
       throw InputError(ckpt_.dir() + ": tensor '" + name + "'", "unexpected tensor for this architecture");
     }
@@ -116,6 +124,7 @@ class WeightReader {
   }
 
   const Checkpoint& ckpt_;
+  std::string prefix_;
   torch::ScalarType target_;
   bool round_to_half_;
   std::set<std::string> used_;
@@ -131,7 +140,8 @@ struct RobertaModel::Impl : model::Weights {
   std::vector<std::string> files;
   mutable std::string sha256;
 
-  Tensor word_emb, pos_emb, type_emb0, emb_ln_w, emb_ln_b;
+  Tensor word_emb, pos_emb, emb_ln_w, emb_ln_b;
+  Tensor type_emb;  // [type_vocab_size, H]; undefined when the family has no token types
   std::vector<Layer> layers;
   Tensor qa_w_t, qa_b;                               // [H, 2], [2]
   Tensor lm_dense_w_t, lm_dense_b, lm_ln_w, lm_ln_b;  // MLM head transform
@@ -167,7 +177,7 @@ struct RobertaModel::Impl : model::Weights {
   }
   bool scale_folded = false;  // torch attention path: 1/sqrt(head_dim) is in the query weights
 
-  std::string encoder_prefix;  // "roberta." when the checkpoint's encoder names carry it
+  std::string encoder_prefix;  // the family's prefix ("roberta.") when the checkpoint's encoder names carry it
   bool fast_fp32() const { return use_sgemm; }
 
   void check_batch(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch, std::int64_t seq) const {
@@ -175,9 +185,29 @@ struct RobertaModel::Impl : model::Weights {
     if (batch <= 0 || seq <= 0) throw std::invalid_argument("RobertaModel: batch and seq must be positive");
   }
 
-  // Position ids as HF create_position_ids_from_input_ids: running count of non-pad tokens, offset by
-  // pad_token_id; pad tokens get pad_token_id. They come from the ids, not from the attention mask.
+  // Adds the token type embeddings (all type 0 when type_ids is null) to x [B*L, H].
+  void add_token_types(Tensor& x, const std::int64_t* type_ids, std::int64_t batch, std::int64_t seq) const {
+    if (!type_emb.defined()) return;  // DistilBERT: the tokenizer's type ids are not fed
+    if (type_ids == nullptr) {
+      x.add_(type_emb[0]);
+      return;
+    }
+    for (std::int64_t i = 0; i < batch * seq; ++i) {
+      if (type_ids[i] < 0 || type_ids[i] >= cfg.type_vocab_size) {
+        throw InputError("token type ids", "type id " + std::to_string(type_ids[i]) + " at [" +
+                                               std::to_string(i / seq) + ", " + std::to_string(i % seq) +
+                                               "] is outside type_vocab_size " + std::to_string(cfg.type_vocab_size));
+      }
+    }
+    Tensor t = torch::from_blob(const_cast<std::int64_t*>(type_ids), {batch * seq}, torch::kInt64);
+    x.add_(type_emb.index_select(0, t));
+  }
+
+  // RoBERTa: position ids as HF create_position_ids_from_input_ids: running count of non-pad tokens,
+  // offset by pad_token_id; pad tokens get pad_token_id. They come from the ids, not from the
+  // attention mask. BERT, DistilBERT: 0 .. seq-1 whatever the ids.
   Tensor position_ids(const std::int64_t* ids, std::int64_t batch, std::int64_t seq) const {
+    const bool after_padding = cfg.family->positions_after_padding;
     Tensor pos = torch::empty({batch * seq}, torch::kInt64);
     auto* p = pos.data_ptr<std::int64_t>();
     const std::int64_t pad = cfg.pad_token_id;
@@ -189,6 +219,16 @@ struct RobertaModel::Impl : model::Weights {
           throw InputError("input ids", "token id " + std::to_string(id) + " at [" + std::to_string(b) + ", " +
                                             std::to_string(t) + "] is outside the vocabulary (vocab_size " +
                                             std::to_string(cfg.vocab_size) + ")");
+        }
+        if (!after_padding) {
+          p[b * seq + t] = t;
+          if (t >= cfg.max_position_embeddings) {
+            throw InputError("input ids", "sequences of " + std::to_string(seq) + " tokens are longer than " +
+                                              std::to_string(cfg.max_sequence_length()) +
+                                              " (max_position_embeddings " +
+                                              std::to_string(cfg.max_position_embeddings) + ")");
+          }
+          continue;
         }
         if (id != pad) {
           ++count;
@@ -263,15 +303,15 @@ struct RobertaModel::Impl : model::Weights {
 
   // Final hidden states [B*L, H] in the compute dtype. If `hidden` is given, float32 copies of the
   // embedding output and every layer's output are appended to it.
-  Tensor encode(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch, std::int64_t seq,
-                std::vector<std::vector<float>>* hidden) {
+  Tensor encode(const std::int64_t* ids, const std::int64_t* mask, const std::int64_t* type_ids, std::int64_t batch,
+                std::int64_t seq, std::vector<std::vector<float>>* hidden) {
     check_batch(ids, mask, batch, seq);
     const std::int64_t H = cfg.hidden_size, M = batch * seq;
 
     Tensor pos = position_ids(ids, batch, seq);
     Tensor id_t = torch::from_blob(const_cast<std::int64_t*>(ids), {M}, torch::kInt64);
     Tensor x = word_emb.index_select(0, id_t);
-    x.add_(type_emb0);  // token_type_ids are all zero
+    add_token_types(x, type_ids, batch, seq);
     x.add_(pos_emb.index_select(0, pos));
     Tensor h = layer_norm(x, emb_ln_w, emb_ln_b);
     x = Tensor();
@@ -320,20 +360,21 @@ struct RobertaModel::Impl : model::Weights {
   // The projections as linear sites, four per layer.
   std::vector<model::LinearSlot> slots() override {
     const std::int64_t H = cfg.hidden_size, A = attn_width(), I = inter;
+    const EncoderFamily& f = *cfg.family;
     std::vector<model::LinearSlot> out;
     for (std::size_t i = 0; i < layers.size(); ++i) {
-      const std::string p = encoder_prefix + "encoder.layer." + std::to_string(i) + ".";
+      const std::string p = encoder_prefix + f.layers + std::to_string(i) + ".";
       Layer& L = layers[i];
-      out.push_back({{p + "attention.self.query", p + "attention.self.key", p + "attention.self.value"}, {A, A, A}, &L.qkv});
-      out.push_back({{p + "attention.output.dense"}, {H}, &L.attn_out});
-      out.push_back({{p + "intermediate.dense"}, {I}, &L.inter});
-      out.push_back({{p + "output.dense"}, {H}, &L.out});
+      out.push_back({{p + f.query, p + f.key, p + f.value}, {A, A, A}, &L.qkv});
+      out.push_back({{p + f.attn_out}, {H}, &L.attn_out});
+      out.push_back({{p + f.inter}, {I}, &L.inter});
+      out.push_back({{p + f.out}, {H}, &L.out});
     }
     return out;
   }
 
   std::vector<const Tensor*> tensors() const override {
-    std::vector<const Tensor*> out{&word_emb, &pos_emb, &type_emb0, &emb_ln_w, &emb_ln_b, &qa_w_t, &qa_b,
+    std::vector<const Tensor*> out{&word_emb, &pos_emb, &type_emb, &emb_ln_w, &emb_ln_b, &qa_w_t, &qa_b,
                                    &lm_dense_w_t, &lm_dense_b, &lm_ln_w, &lm_ln_b, &decoder_w, &decoder_b};
     for (const auto& L : layers) {
       for (const Tensor* t : {&L.attn_ln_w, &L.attn_ln_b, &L.out_ln_w, &L.out_ln_b}) out.push_back(t);
@@ -365,12 +406,14 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const ModelLoad& how_to) {
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
   m.cfg = RobertaConfig::from_json_file((fs::path(how_to.dir) / "config.json").string());
-  m.head = head_from_architectures(m.cfg.architectures, (fs::path(how_to.dir) / "config.json").string() + ": architectures");
+  const EncoderFamily& f = *m.cfg.family;
+  m.head = head_from_architectures(f, m.cfg.architectures,
+                                   (fs::path(how_to.dir) / "config.json").string() + ": architectures");
   m.begin_load(how_to);
 
   Checkpoint ckpt(m.dir);
   m.files = ckpt.files();
-  WeightReader r(ckpt, m.st, m.dtype == DType::fp16);
+  WeightReader r(ckpt, f.prefix, m.st, m.dtype == DType::fp16);
   const auto& c = m.cfg;
   const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   m.encoder_prefix = r.encoder_prefix();
@@ -398,11 +441,13 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const ModelLoad& how_to) {
 
   m.word_emb = r.encoder("embeddings.word_embeddings.weight", {V, H});
   m.pos_emb = r.encoder("embeddings.position_embeddings.weight", {c.max_position_embeddings, H});
-  m.type_emb0 = r.encoder("embeddings.token_type_embeddings.weight", {c.type_vocab_size, H})[0].contiguous();
+  if (f.type_embeddings != nullptr) {
+    m.type_emb = r.encoder(std::string(f.type_embeddings) + ".weight", {c.type_vocab_size, H});
+  }
   // LayerNorm parameters are kept in float32 (after rounding to the run dtype); see layer_norm().
   auto ln = [](const Tensor& t) { return t.to(torch::kFloat32); };
-  m.emb_ln_w = ln(r.encoder("embeddings.LayerNorm.weight", {H}));
-  m.emb_ln_b = ln(r.encoder("embeddings.LayerNorm.bias", {H}));
+  m.emb_ln_w = ln(r.encoder(std::string(f.embeddings_norm) + ".weight", {H}));
+  m.emb_ln_b = ln(r.encoder(std::string(f.embeddings_norm) + ".bias", {H}));
 
   {
     // The torch attention path folds 1/sqrt(head_dim) into the query projection when that is exact.
@@ -411,13 +456,13 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const ModelLoad& how_to) {
     m.scale_folded = !m.fast_fp32() && power_of_two;
   }
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = "encoder.layer." + std::to_string(i) + ".";
+    const std::string p = f.layers + std::to_string(i) + ".";
     Layer L;
     const model::LinearLoad how{r.checkpoint(), m.quant, m.st, m.dtype == DType::fp16, true, r.used()};
     auto linear = [&](const std::string& name, std::int64_t in, std::int64_t out, const quant::Shard& shard) {
       return model::load_linear(how, m.encoder_prefix + p + name, in, out, true, shard);
     };
-    quant::LinearPtr q = linear("attention.self.query", H, H, heads_part);
+    quant::LinearPtr q = linear(f.query, H, H, heads_part);
     if (m.scale_folded) {
       // Only float layers reach here (quantized models take the sgemm path).
       const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim()));  // a power of two: exact
@@ -426,20 +471,20 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const ModelLoad& how_to) {
     }
     std::vector<quant::LinearPtr> qkv;
     qkv.push_back(std::move(q));
-    qkv.push_back(linear("attention.self.key", H, H, heads_part));
-    qkv.push_back(linear("attention.self.value", H, H, heads_part));
+    qkv.push_back(linear(f.key, H, H, heads_part));
+    qkv.push_back(linear(f.value, H, H, heads_part));
     L.qkv = quant::concat_outputs(std::move(qkv));
-    L.attn_out = linear("attention.output.dense", H, H, attn_out_part);
-    L.attn_ln_w = ln(r.encoder(p + "attention.output.LayerNorm.weight", {H}));
-    L.attn_ln_b = ln(r.encoder(p + "attention.output.LayerNorm.bias", {H}));
-    L.inter = linear("intermediate.dense", H, I, inter_part);
-    L.out = linear("output.dense", I, H, out_part);
+    L.attn_out = linear(f.attn_out, H, H, attn_out_part);
+    L.attn_ln_w = ln(r.encoder(p + f.attn_norm + ".weight", {H}));
+    L.attn_ln_b = ln(r.encoder(p + f.attn_norm + ".bias", {H}));
+    L.inter = linear(f.inter, H, I, inter_part);
+    L.out = linear(f.out, I, H, out_part);
     if (T > 1) {
       L.attn_out->set_row_group(m.tp);
       L.out->set_row_group(m.tp);
     }
-    L.out_ln_w = ln(r.encoder(p + "output.LayerNorm.weight", {H}));
-    L.out_ln_b = ln(r.encoder(p + "output.LayerNorm.bias", {H}));
+    L.out_ln_w = ln(r.encoder(p + f.out_norm + ".weight", {H}));
+    L.out_ln_b = ln(r.encoder(p + f.out_norm + ".bias", {H}));
     m.layers.push_back(std::move(L));
   }
 
@@ -447,19 +492,21 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const ModelLoad& how_to) {
     m.qa_w_t = pre_transposed(r.head("qa_outputs.weight", {2, H}));
     m.qa_b = r.head("qa_outputs.bias", {2});
   } else {
-    m.lm_dense_w_t = pre_transposed(r.head("lm_head.dense.weight", {H, H}));
-    m.lm_dense_b = r.head("lm_head.dense.bias", {H});
-    m.lm_ln_w = ln(r.head("lm_head.layer_norm.weight", {H}));
-    m.lm_ln_b = ln(r.head("lm_head.layer_norm.bias", {H}));
-    // HF ties lm_head.bias and lm_head.decoder.bias (one parameter); a saved decoder.bias wins.
-    m.decoder_b = r.has("lm_head.decoder.bias") ? r.head("lm_head.decoder.bias", {V}) : r.head("lm_head.bias", {V});
-    if (r.has("lm_head.decoder.bias") && r.has("lm_head.bias")) r.head("lm_head.bias", {V});  // shape check
+    const std::string dense = f.mlm_dense, norm = f.mlm_norm, bias = f.mlm_bias, decoder = f.mlm_decoder;
+    m.lm_dense_w_t = pre_transposed(r.head(dense + ".weight", {H, H}));
+    m.lm_dense_b = r.head(dense + ".bias", {H});
+    m.lm_ln_w = ln(r.head(norm + ".weight", {H}));
+    m.lm_ln_b = ln(r.head(norm + ".bias", {H}));
+    // HF ties the head's bias and the decoder's bias (one parameter); a saved decoder bias wins.
+    const std::string decoder_bias = decoder + ".bias", decoder_weight = decoder + ".weight";
+    m.decoder_b = r.has(decoder_bias) ? r.head(decoder_bias, {V}) : r.head(bias, {V});
+    if (r.has(decoder_bias) && r.has(bias)) r.head(bias, {V});  // shape check
     if (c.tie_word_embeddings) {
       // HF re-ties after loading: a saved decoder weight is ignored, the word embeddings are used.
-      if (r.has("lm_head.decoder.weight")) r.head("lm_head.decoder.weight", {V, H});  // shape check only
+      if (r.has(decoder_weight)) r.head(decoder_weight, {V, H});  // shape check only
       m.decoder_w = m.word_emb;
     } else {
-      m.decoder_w = r.head("lm_head.decoder.weight", {V, H});
+      m.decoder_w = r.head(decoder_weight, {V, H});
     }
   }
   r.check_no_unexpected();
@@ -468,7 +515,8 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const ModelLoad& how_to) {
 
 const RobertaConfig& RobertaModel::config() const { return impl_->cfg; }
 
-std::string RobertaModel::architecture() const { return roberta_architecture(impl_->head); }
+std::string RobertaModel::architecture() const { return encoder_architecture(*impl_->cfg.family, impl_->head); }
+bool RobertaModel::uses_token_types() const { return impl_->type_emb.defined() && impl_->cfg.type_vocab_size > 1; }
 std::int64_t RobertaModel::vocab_size() const { return impl_->cfg.vocab_size; }
 
 namespace {
@@ -497,14 +545,17 @@ EncoderHead RobertaModel::head() const { return impl_->head; }
 DType RobertaModel::dtype() const { return impl_->dtype; }
 const std::string& RobertaModel::dir() const { return impl_->dir; }
 
-void RobertaModel::question_answering(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch,
-                                      std::int64_t seq, std::vector<float>& start, std::vector<float>& end) {
+void RobertaModel::question_answering(const std::int64_t* ids, const std::int64_t* mask, const std::int64_t* type_ids,
+                                      std::int64_t batch, std::int64_t seq, std::vector<float>& start,
+                                      std::vector<float>& end) {
   if (impl_->head != EncoderHead::question_answering) {
+    const EncoderFamily& f = *impl_->cfg.family;
     throw InputError(impl_->dir + "/config.json: architectures",
-                     "the model is RobertaForMaskedLM; a question-answering run needs RobertaForQuestionAnswering");
+                     std::string("the model is ") + encoder_architecture(f, impl_->head) +
+                         "; a question-answering run needs " + encoder_architecture(f, EncoderHead::question_answering));
   }
   torch::InferenceMode guard;
-  Tensor h = impl_->encode(ids, mask, batch, seq, nullptr);
+  Tensor h = impl_->encode(ids, mask, type_ids, batch, seq, nullptr);
   Tensor logits = at::addmm(impl_->qa_b, h, impl_->qa_w_t).to(torch::kFloat32).contiguous();  // [M, 2]
   const std::int64_t M = batch * seq;
   const float* p = logits.data_ptr<float>();
@@ -516,13 +567,17 @@ void RobertaModel::question_answering(const std::int64_t* ids, const std::int64_
   }
 }
 
-void RobertaModel::masked_lm(const std::int64_t* ids, const std::int64_t* mask, std::int64_t batch, std::int64_t seq,
+void RobertaModel::masked_lm(const std::int64_t* ids, const std::int64_t* mask, const std::int64_t* type_ids,
+                             std::int64_t batch, std::int64_t seq,
                              const std::vector<std::pair<std::int64_t, std::int64_t>>& positions,
                              std::vector<float>& logits) {
   Impl& m = *impl_;
   if (m.head != EncoderHead::masked_lm) {
-    throw InputError(m.dir + "/config.json: architectures",
-                     "the model is RobertaForQuestionAnswering; a masked-LM run needs RobertaForMaskedLM");
+    const EncoderFamily& f = *m.cfg.family;
+    const char* mlm = f.mlm_architecture != nullptr ? f.mlm_architecture : "a masked-LM head (none for this family)";
+    throw InputError(m.dir + "/config.json: architectures", std::string("the model is ") +
+                                                                encoder_architecture(f, m.head) +
+                                                                "; a masked-LM run needs " + mlm);
   }
   for (const auto& [row, pos] : positions) {
     if (row < 0 || row >= batch || pos < 0 || pos >= seq) {
@@ -531,25 +586,31 @@ void RobertaModel::masked_lm(const std::int64_t* ids, const std::int64_t* mask, 
     }
   }
   torch::InferenceMode guard;
-  Tensor h = m.encode(ids, mask, batch, seq, nullptr);
+  Tensor h = m.encode(ids, mask, type_ids, batch, seq, nullptr);
   const std::int64_t n = static_cast<std::int64_t>(positions.size());
   logits.clear();
   if (n == 0) return;
   Tensor idx = torch::empty({n}, torch::kInt64);
   for (std::int64_t i = 0; i < n; ++i) idx.data_ptr<std::int64_t>()[i] = positions[i].first * seq + positions[i].second;
-  // RobertaLMHead: dense -> exact GELU (whatever hidden_act says) -> LayerNorm -> decoder.
+  // RobertaLMHead: dense -> exact GELU (whatever hidden_act says) -> LayerNorm -> decoder; BERT's
+  // BertPredictionHeadTransform applies hidden_act instead.
   Tensor x = at::addmm(m.lm_dense_b, h.index_select(0, idx), m.lm_dense_w_t);
-  at::gelu_(x, "none");
+  if (m.cfg.family->mlm_head_hidden_act) {
+    m.activation_(x);
+  } else {
+    at::gelu_(x, "none");
+  }
   x = m.layer_norm(x, m.lm_ln_w, m.lm_ln_b);
   Tensor y = m.linear_nt(x, m.decoder_w, m.decoder_b).contiguous();
   logits.assign(y.data_ptr<float>(), y.data_ptr<float>() + y.numel());
 }
 
 std::vector<std::vector<float>> RobertaModel::hidden_states(const std::int64_t* ids, const std::int64_t* mask,
-                                                            std::int64_t batch, std::int64_t seq) {
+                                                            const std::int64_t* type_ids, std::int64_t batch,
+                                                            std::int64_t seq) {
   torch::InferenceMode guard;
   std::vector<std::vector<float>> out;
-  impl_->encode(ids, mask, batch, seq, &out);
+  impl_->encode(ids, mask, type_ids, batch, seq, &out);
   return out;
 }
 

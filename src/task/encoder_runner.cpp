@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
+#include <string>
 
 #include "dist/sharding.hpp"
 #include "model/model.hpp"
@@ -11,6 +13,7 @@ namespace {
 
 struct PaddedBatch {
   std::vector<std::int64_t> ids, mask;
+  std::vector<std::int64_t> types;  // empty when no item has type ids (all 0); padding gets 0
   std::int64_t rows = 0, seq = 0;
   std::int64_t real_tokens = 0;  // not padding
 };
@@ -28,6 +31,15 @@ PaddedBatch pad_batch(const std::vector<EncoderItem>& items, const std::vector<s
     std::copy(ids.begin(), ids.end(), b.ids.begin() + r * b.seq);
     std::fill_n(b.mask.begin() + r * b.seq, ids.size(), 1);
     b.real_tokens += static_cast<std::int64_t>(ids.size());
+    const auto& types = items[members[r]].type_ids;
+    if (types.empty()) continue;
+    if (types.size() != ids.size()) {
+      throw std::invalid_argument("encoder item " + std::to_string(items[members[r]].index) + ": " +
+                                  std::to_string(types.size()) + " type ids for " + std::to_string(ids.size()) +
+                                  " input ids");
+    }
+    if (b.types.empty()) b.types.assign(b.ids.size(), 0);
+    std::copy(types.begin(), types.end(), b.types.begin() + r * b.seq);
   }
   return b;
 }
@@ -54,7 +66,7 @@ std::vector<QaItemResult> run_qa_items(EncoderModel& model, const std::vector<En
   for (const auto& members : batches_of(items, options.batch_size)) {
     PaddedBatch b = pad_batch(items, members, options);
     auto t0 = std::chrono::steady_clock::now();
-    model.question_answering(b.ids.data(), b.mask.data(), b.rows, b.seq, start, end);
+    model.question_answering(b.ids.data(), b.mask.data(), b.types.empty() ? nullptr : b.types.data(), b.rows, b.seq, start, end);
     const double dt = seconds_since(t0);
     total_seconds += dt;
     log_batch("qa", batch++, b.rows, b.seq, b.real_tokens, dt);
@@ -88,7 +100,7 @@ std::vector<MlmItemResult> run_mlm_items(EncoderModel& model, const std::vector<
       for (auto p : items[members[r]].mask_positions) positions.emplace_back(r, p);
     }
     auto t0 = std::chrono::steady_clock::now();
-    model.masked_lm(b.ids.data(), b.mask.data(), b.rows, b.seq, positions, logits);
+    model.masked_lm(b.ids.data(), b.mask.data(), b.types.empty() ? nullptr : b.types.data(), b.rows, b.seq, positions, logits);
     const double dt = seconds_since(t0);
     total_seconds += dt;
     log_batch("mlm", batch++, b.rows, b.seq, b.real_tokens, dt);

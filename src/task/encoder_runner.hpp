@@ -1,4 +1,4 @@
-// Runs encoder work items through a RoBERTa model in padded batches on one rank. Items are grouped by
+// Runs encoder work items through an encoder model in padded batches on one rank. Items are grouped by
 // length (longest first) so padding stays small; outputs are cut back to each item's own length, so
 // they do not depend on the batch size, on padding or on which rank ran them.
 #pragma once
@@ -19,17 +19,22 @@ struct EncoderItem {
   std::uint64_t index = 0;                  // global feature index
   std::vector<std::int64_t> input_ids;      // unpadded
   std::vector<std::int64_t> mask_positions; // mlm only
+  // One per input id (BERT: 0 for [CLS] question [SEP], 1 for context [SEP]), or empty for all 0.
+  // Part of the serialized item, so of the inputs digest --resume journals check.
+  std::vector<std::int64_t> type_ids;
 
   void write(ByteWriter& w) const {
     w.put<std::uint64_t>(index);
     w.put_vector(input_ids);
     w.put_vector(mask_positions);
+    w.put_vector(type_ids);
   }
   static EncoderItem read(ByteReader& r) {
     EncoderItem it;
     it.index = r.get<std::uint64_t>();
     it.input_ids = r.get_vector<std::int64_t>();
     it.mask_positions = r.get_vector<std::int64_t>();
+    it.type_ids = r.get_vector<std::int64_t>();
     return it;
   }
 };

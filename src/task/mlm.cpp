@@ -16,7 +16,7 @@ std::string strip(const std::string& s) {
 }
 }  // namespace
 
-std::vector<MlmFeature> make_mlm_features(const std::vector<TextSample>& samples, const ByteLevelBPE& tokenizer,
+std::vector<MlmFeature> make_mlm_features(const std::vector<TextSample>& samples, const EncoderTokenizer& tokenizer,
                                           int max_seq_length, const std::string& dataset_path) {
   const auto& sp = tokenizer.special();
   if (sp.mask < 0) {
@@ -32,10 +32,15 @@ std::vector<MlmFeature> make_mlm_features(const std::vector<TextSample>& samples
     MlmFeature f;
     f.sample_index = i;
     auto enc = tokenizer.encode(s.text);
-    f.input_ids.reserve(enc.ids.size() + 2);
-    f.input_ids.push_back(sp.bos);
+    const EncoderFrame& fr = tokenizer.single();
+    f.input_ids = fr.before;
     f.input_ids.insert(f.input_ids.end(), enc.ids.begin(), enc.ids.end());
-    f.input_ids.push_back(sp.eos);
+    f.input_ids.insert(f.input_ids.end(), fr.after.begin(), fr.after.end());
+    if (fr.has_types()) {
+      f.token_type_ids = fr.before_types;
+      f.token_type_ids.insert(f.token_type_ids.end(), enc.ids.size(), fr.a_type);
+      f.token_type_ids.insert(f.token_type_ids.end(), fr.after_types.begin(), fr.after_types.end());
+    }
     if (static_cast<int>(f.input_ids.size()) > max_seq_length) {
       throw InputError(where, std::to_string(f.input_ids.size()) + " tokens exceed task.max_seq_length = " +
                                   std::to_string(max_seq_length));
@@ -73,7 +78,7 @@ MaskTopK top_k_of_row(const float* logits, std::int64_t vocab, int k) {
   return t;
 }
 
-MaskPrediction predict_mask(const MaskTopK& topk, int top_k, const ByteLevelBPE& tokenizer) {
+MaskPrediction predict_mask(const MaskTopK& topk, int top_k, const EncoderTokenizer& tokenizer) {
   MaskPrediction p;
   const std::size_t k = std::min<std::size_t>(static_cast<std::size_t>(top_k), topk.ids.size());
   for (std::size_t i = 0; i < k; ++i) {
@@ -85,7 +90,7 @@ MaskPrediction predict_mask(const MaskTopK& topk, int top_k, const ByteLevelBPE&
 }
 
 std::string fill_masks(const MlmFeature& feature, const std::vector<MaskPrediction>& predictions,
-                       const ByteLevelBPE& tokenizer) {
+                       const EncoderTokenizer& tokenizer) {
   std::vector<std::int64_t> ids = feature.input_ids;
   for (std::size_t m = 0; m < feature.mask_positions.size() && m < predictions.size(); ++m) {
     if (!predictions[m].token_ids.empty()) ids[feature.mask_positions[m]] = predictions[m].token_ids[0];

@@ -8,19 +8,20 @@
 
 #include "dist/serialize.hpp"
 #include "io/text_dataset.hpp"
-#include "tokenizer/tokenizer.hpp"
+#include "tokenizer/encoder_tokenizer.hpp"
 
 namespace evalrun {
 
 struct MlmFeature {
   std::size_t sample_index;
-  std::vector<std::int64_t> input_ids;       // <s> text </s>
+  std::vector<std::int64_t> input_ids;       // the tokenizer's single frame: <s> text </s>, [CLS] text [SEP]
+  std::vector<std::int64_t> token_type_ids;  // one per input id; empty when the tokenizer gives none
   std::vector<std::int64_t> mask_positions;  // positions of <mask> in input_ids
 };
 
 // One feature per sample. A sample without <mask>, one longer than max_seq_length, or with a targets
 // list whose length differs from its mask count is an InputError naming the sample id.
-std::vector<MlmFeature> make_mlm_features(const std::vector<TextSample>& samples, const ByteLevelBPE& tokenizer,
+std::vector<MlmFeature> make_mlm_features(const std::vector<TextSample>& samples, const EncoderTokenizer& tokenizer,
                                           int max_seq_length, const std::string& dataset_path);
 
 struct MaskPrediction {
@@ -74,12 +75,12 @@ struct MlmItemScores {
 };
 
 // The fill-in prediction (top_k <= topk.ids.size()).
-MaskPrediction predict_mask(const MaskTopK& topk, int top_k, const ByteLevelBPE& tokenizer);
+MaskPrediction predict_mask(const MaskTopK& topk, int top_k, const EncoderTokenizer& tokenizer);
 
 // The text with every <mask> replaced by its top-1 token (special tokens dropped), as the pipeline's
 // "sequence" field.
 std::string fill_masks(const MlmFeature& feature, const std::vector<MaskPrediction>& predictions,
-                       const ByteLevelBPE& tokenizer);
+                       const EncoderTokenizer& tokenizer);
 
 // A top-1 prediction is correct when its decoded text, stripped of surrounding whitespace, equals the
 // target stripped likewise.

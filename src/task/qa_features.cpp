@@ -35,17 +35,26 @@ std::vector<std::pair<int, int>> qa_context_windows(int n_context, int budget, i
   return windows;
 }
 
-std::vector<QaFeature> make_qa_features(const std::vector<SquadExample>& examples, const ByteLevelBPE& tokenizer,
+std::vector<QaFeature> make_qa_features(const std::vector<SquadExample>& examples, const EncoderTokenizer& tokenizer,
                                         const QaFeatureOptions& options) {
   const SpecialTokens& sp = tokenizer.special();
-  if (sp.bos < 0 || sp.eos < 0) throw InputError("tokenizer", "QA features need <s> and </s> special tokens");
+  const EncoderFrame& fr = tokenizer.pair();
+  for (auto id : fr.before) {
+    if (id < 0) throw InputError("tokenizer", "QA features need the special tokens that start a pair (<s> or [CLS])");
+  }
+  for (auto id : fr.after) {
+    if (id < 0) throw InputError("tokenizer", "QA features need the special tokens that end a pair (</s> or [SEP])");
+  }
+  if (fr.before.empty() && fr.between.empty() && fr.after.empty()) {
+    throw InputError("tokenizer", "QA features need a tokenizer that frames a pair with special tokens");
+  }
   if (options.pad_to_max_length && sp.pad < 0) {
     throw InputError("tokenizer", "pad_to_max_length needs a <pad> token");
   }
   if (options.doc_stride < 0) throw InputError("doc_stride", "must not be negative");
-  // <s> q </s> </s> c </s>: four special tokens around the pair.
-  constexpr int kSpecial = 4;
-  const int budget = options.max_seq_length - kSpecial;
+  // The special tokens around the pair (RoBERTa: <s> q </s> </s> c </s>, four).
+  const int n_special = static_cast<int>(fr.before.size() + fr.between.size() + fr.after.size());
+  const int budget = options.max_seq_length - n_special;
 
   std::vector<QaFeature> features;
   // SQuAD asks ~5 questions per paragraph: tokenize every distinct context once.
@@ -84,25 +93,33 @@ std::vector<QaFeature> make_qa_features(const std::vector<SquadExample>& example
       f.window = static_cast<int>(w);
       f.context_token_start = a;
       f.context_token_stop = b;
-      const std::size_t len = static_cast<std::size_t>(nq + (b - a) + kSpecial);
+      const std::size_t len = static_cast<std::size_t>(nq + (b - a) + n_special);
       const std::size_t total = options.pad_to_max_length ? std::max<std::size_t>(len, options.max_seq_length) : len;
       f.input_ids.reserve(total);
       f.offsets.reserve(total);
       const std::pair<int, int> none{-1, -1};
-      f.input_ids.push_back(sp.bos);
-      f.input_ids.insert(f.input_ids.end(), q.ids.begin(), q.ids.end());
-      f.input_ids.push_back(sp.eos);
-      f.input_ids.push_back(sp.eos);
-      f.offsets.assign(f.input_ids.size(), none);
-      f.input_ids.insert(f.input_ids.end(), c.ids.begin() + a, c.ids.begin() + b);
-      f.offsets.insert(f.offsets.end(), c.offsets.begin() + a, c.offsets.begin() + b);
-      f.input_ids.push_back(sp.eos);
-      f.offsets.push_back(none);
+      const bool types = fr.has_types();
+      // Appends ids with offsets (none for specials) and, when the tokenizer gives them, type ids.
+      auto put = [&](auto first, auto last, const std::pair<int, int>* offsets, std::int64_t type,
+                     const std::vector<std::int64_t>* special_types) {
+        for (auto it = first; it != last; ++it) {
+          const std::size_t k = static_cast<std::size_t>(it - first);
+          f.input_ids.push_back(*it);
+          f.offsets.push_back(offsets != nullptr ? offsets[k] : none);
+          if (types) f.token_type_ids.push_back(special_types != nullptr ? (*special_types)[k] : type);
+        }
+      };
+      put(fr.before.begin(), fr.before.end(), nullptr, 0, &fr.before_types);
+      put(q.ids.begin(), q.ids.end(), nullptr, fr.a_type, nullptr);
+      put(fr.between.begin(), fr.between.end(), nullptr, 0, &fr.between_types);
+      put(c.ids.begin() + a, c.ids.begin() + b, c.offsets.data() + a, fr.b_type, nullptr);
+      put(fr.after.begin(), fr.after.end(), nullptr, 0, &fr.after_types);
       f.attention_mask.assign(f.input_ids.size(), 1);
       if (total > len) {
         f.input_ids.resize(total, sp.pad);
         f.offsets.resize(total, none);
         f.attention_mask.resize(total, 0);
+        if (types) f.token_type_ids.resize(total, 0);
       }
       features.push_back(std::move(f));
     }

@@ -1,6 +1,8 @@
-// Extractive-QA model inputs, as Hugging Face run_qa.py `prepare_validation_features` builds them with
-// a RoBERTa tokenizer: `<s> question </s></s> context-window </s>`, the context cut into overlapping
-// windows (truncation "only_second" with return_overflowing_tokens and stride = doc_stride).
+// Extractive-QA model inputs, as Hugging Face run_qa.py `prepare_validation_features` builds them:
+// the tokenizer's pair frame around question and context window (RoBERTa: `<s> question </s></s>
+// context-window </s>`; BERT: `[CLS] question [SEP] context-window [SEP]` with token types 0 / 1), the
+// context cut into overlapping windows (truncation "only_second" with return_overflowing_tokens and
+// stride = doc_stride).
 #pragma once
 
 #include <cstddef>
@@ -10,7 +12,7 @@
 #include <vector>
 
 #include "io/squad.hpp"
-#include "tokenizer/tokenizer.hpp"
+#include "tokenizer/encoder_tokenizer.hpp"
 
 namespace evalrun {
 
@@ -19,6 +21,7 @@ struct QaFeature {
   int window = 0;                 // 0, 1, ... within its example
   std::vector<std::int64_t> input_ids;
   std::vector<std::int64_t> attention_mask;
+  std::vector<std::int64_t> token_type_ids;  // one per input id; empty when the tokenizer gives none
   // One per input id: [start, end) code-point span in the example's context for context tokens,
   // {-1, -1} for question, special and padding tokens (run_qa's None).
   std::vector<std::pair<int, int>> offsets;
@@ -46,7 +49,7 @@ std::vector<std::pair<int, int>> qa_context_windows(int n_context, int budget, i
 // Features of all examples, ordered by example then window. Each question and context is tokenized
 // once. InputError naming the question id when the question leaves no room for context (HF errors
 // too), or when the room left is not larger than doc_stride while the context needs several windows.
-std::vector<QaFeature> make_qa_features(const std::vector<SquadExample>& examples, const ByteLevelBPE& tokenizer,
+std::vector<QaFeature> make_qa_features(const std::vector<SquadExample>& examples, const EncoderTokenizer& tokenizer,
                                         const QaFeatureOptions& options);
 
 }  // namespace evalrun

@@ -6,6 +6,7 @@
 #include "common/errors.hpp"
 #include "common/parse_limits.hpp"
 #include "common/text.hpp"
+#include "common/utf8.hpp"
 #include "tokenizer/slow_files.hpp"
 
 namespace evalrun {
@@ -87,6 +88,98 @@ json qwen2(const fs::path& dir, const json& config, const std::string& config_fi
             {"merges", read_merges(merges)}}}};
 }
 
+// vocab.txt (BertTokenizer's load_vocab): one token per line, the line number is its id. A token on
+// two lines would give the slow and the fast tokenizer different ids: refused, naming the lines.
+json read_vocab_txt(const fs::path& p) {
+  const std::string text = read_file(p.string());
+  json vocab = json::object();
+  std::size_t line = 0, pos = 0;
+  while (pos < text.size()) {
+    std::size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    const std::string token = text.substr(pos, nl - pos);
+    if (find_invalid_utf8(token) != std::string::npos) {
+      throw InputError(p.string() + ":" + std::to_string(line + 1), "the token is not valid UTF-8");
+    }
+    if (vocab.contains(token)) {
+      throw InputError(p.string() + ":" + std::to_string(line + 1),
+                       "token " + json(token).dump() + " is also on line " +
+                           std::to_string(vocab[token].get<std::int64_t>() + 1));
+    }
+    vocab[token] = static_cast<std::int64_t>(line);
+    ++line;
+    pos = nl + 1;
+  }
+  return vocab;
+}
+
+// A tokenizer_config.json special token (cls_token, ...): a string, or an object with "content".
+std::string special_token(const json& config, const std::string& file, const char* key, const char* fallback) {
+  if (!config.contains(key) || config[key].is_null()) return fallback;
+  const json& v = config[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  throw InputError(file + ": " + key, "expected a string or an object with a string \"content\"");
+}
+
+bool config_flag(const json& config, const std::string& file, const char* key, bool fallback) {
+  if (!config.contains(key) || config[key].is_null()) return fallback;
+  if (!config[key].is_boolean()) throw InputError(file + ": " + key, "expected true or false, got " + config[key].dump());
+  return config[key].get<bool>();
+}
+
+// transformers' BertConverter (BertTokenizer, DistilBertTokenizer): BertNormalizer with the
+// tokenizer's lower-casing / accent / Chinese-character settings, BertPreTokenizer, WordPiece with
+// "##" continuations, [CLS] A [SEP] (B [SEP]) with type ids 0 for A and 1 for B, WordPiece decoder.
+json bert(const fs::path& dir, const json& config, const std::string& config_file) {
+  if (!config_flag(config, config_file, "do_basic_tokenize", true)) {
+    throw InputError(config_file + ": do_basic_tokenize", "false is not supported (the fast tokenizer always splits words)");
+  }
+  if (config.contains("never_split") && !config["never_split"].is_null() &&
+      !(config["never_split"].is_array() && config["never_split"].empty())) {
+    throw InputError(config_file + ": never_split", "is not supported (the fast tokenizer ignores it), got " +
+                                                        clip_text(config["never_split"].dump()));
+  }
+  const json vocab = read_vocab_txt(dir / "vocab.txt");
+  const std::string vocab_file = (dir / "vocab.txt").string();
+  const std::string cls = special_token(config, config_file, "cls_token", "[CLS]");
+  const std::string sep = special_token(config, config_file, "sep_token", "[SEP]");
+  const std::string unk = special_token(config, config_file, "unk_token", "[UNK]");
+  for (const auto& [key, tok] : {std::pair<const char*, std::string>{"cls_token", cls}, {"sep_token", sep}}) {
+    if (!vocab.contains(tok)) throw InputError(config_file + ": " + key, json(tok).dump() + " is not in " + vocab_file);
+  }
+  const bool lower = config_flag(config, config_file, "do_lower_case", true);
+  json strip = nullptr;  // null: as lowercase
+  if (config.contains("strip_accents") && !config["strip_accents"].is_null()) {
+    strip = config_flag(config, config_file, "strip_accents", lower);
+  }
+  auto special = [](const std::string& id, int type) { return json{{"SpecialToken", {{"id", id}, {"type_id", type}}}}; };
+  auto sequence = [](const char* id, int type) { return json{{"Sequence", {{"id", id}, {"type_id", type}}}}; };
+  return {{"version", "1.0"},
+          {"added_tokens", added_tokens(config, config_file)},
+          {"normalizer",
+           {{"type", "BertNormalizer"},
+            {"clean_text", true},
+            {"handle_chinese_chars", config_flag(config, config_file, "tokenize_chinese_chars", true)},
+            {"strip_accents", strip},
+            {"lowercase", lower}}},
+          {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
+          {"post_processor",
+           {{"type", "TemplateProcessing"},
+            {"single", {special(cls, 0), sequence("A", 0), special(sep, 0)}},
+            {"pair", {special(cls, 0), sequence("A", 0), special(sep, 0), sequence("B", 1), special(sep, 1)}},
+            {"special_tokens",
+             {{cls, {{"id", cls}, {"ids", {vocab[cls]}}, {"tokens", {cls}}}},
+              {sep, {{"id", sep}, {"ids", {vocab[sep]}}, {"tokens", {sep}}}}}}}},
+          {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}},
+          {"model",
+           {{"type", "WordPiece"},
+            {"unk_token", unk},
+            {"continuing_subword_prefix", "##"},
+            {"max_input_chars_per_word", 100},
+            {"vocab", vocab}}}};
+}
+
 struct Converter {
   const char* tokenizer_class;
   std::vector<const char*> files;  // what the class reads besides tokenizer_config.json
@@ -94,6 +187,8 @@ struct Converter {
 };
 const Converter kConverters[] = {
     {"Qwen2Tokenizer", {"vocab.json", "merges.txt"}, qwen2},
+    {"BertTokenizer", {"vocab.txt"}, bert},
+    {"DistilBertTokenizer", {"vocab.txt"}, bert},
 };
 
 }  // namespace

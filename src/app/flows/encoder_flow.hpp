@@ -14,7 +14,7 @@
 #include "app/task_flow.hpp"
 #include "model/registry.hpp"
 #include "task/encoder_runner.hpp"
-#include "tokenizer/tokenizer.hpp"
+#include "tokenizer/encoder_tokenizer.hpp"
 
 namespace evalrun {
 
@@ -35,7 +35,7 @@ class EncoderFlow : public TaskFlow {
   // After run(): the model and items are not needed any more.
   void release();
 
-  std::optional<ByteLevelBPE> tokenizer_;  // rank 0
+  std::optional<EncoderTokenizer> tokenizer_;  // rank 0
   std::vector<EncoderItem> all_items_;     // rank 0: every item, index = position
   std::vector<EncoderItem> items_;         // this rank's shard
   std::unique_ptr<EncoderModel> model_;
@@ -57,10 +57,10 @@ CalibrationSet encoder_calibration(const std::vector<EncoderItem>& items, const 
 // the task's own preprocessing on the calibration data set's first examples; empty when direct
 // quantization needs no calibration.
 template <class Data>
-CalibrationSet encoder_task_calibration(const RunSpec& spec, Data (*read)(const RunSpec&, const ByteLevelBPE&)) {
+CalibrationSet encoder_task_calibration(const RunSpec& spec, Data (*read)(const RunSpec&, const EncoderTokenizer&)) {
   if (!direct_int8_settings(spec).needs_calibration()) return {};
   const RunSpec cal = calibration_spec(spec);
-  const Data d = read(cal, ByteLevelBPE::from_dir(tokenizer_dir(cal)));
+  const Data d = read(cal, EncoderTokenizer::from_dir(tokenizer_dir(cal)));
   return encoder_calibration(d.items, cal.task.dataset, d.sample_ids.size());
 }
 

@@ -21,7 +21,7 @@ struct MlmData {
   std::vector<EncoderItem> items;  // one per feature, index = feature number
 };
 
-MlmData read_mlm(const RunSpec& spec, const ByteLevelBPE& tokenizer) {
+MlmData read_mlm(const RunSpec& spec, const EncoderTokenizer& tokenizer) {
   MlmData p;
   p.samples = read_text_samples(spec.task.dataset);
   if (spec.task.max_samples > 0 && static_cast<std::size_t>(spec.task.max_samples) < p.samples.size()) {
@@ -33,6 +33,7 @@ MlmData read_mlm(const RunSpec& spec, const ByteLevelBPE& tokenizer) {
     EncoderItem item;
     item.index = i;
     item.input_ids = p.features[i].input_ids;
+    item.type_ids = p.features[i].token_type_ids;
     item.mask_positions = p.features[i].mask_positions;
     p.items.push_back(std::move(item));
   }
@@ -40,7 +41,7 @@ MlmData read_mlm(const RunSpec& spec, const ByteLevelBPE& tokenizer) {
 }
 
 // rank 0: the gathered mask scores -> fill-ins, accuracy and the result file.
-void finish_mlm(const RunSpec& spec, const MlmData& p, const ByteLevelBPE& tokenizer,
+void finish_mlm(const RunSpec& spec, const MlmData& p, const EncoderTokenizer& tokenizer,
                 const std::vector<std::string>& gathered, RunTimes& times, Provenance prov, std::int64_t vocab) {
   const std::size_t ns = p.features.size();
   std::vector<std::vector<MaskTopK>> topk(ns);
@@ -153,7 +154,7 @@ class MlmFlow : public EncoderFlow {
   MlmFlow() : EncoderFlow(EncoderHead::masked_lm, mlm_calibration) {}
 
   PreparedWork prepare(const RunSpec& spec, int ranks, const std::set<std::uint64_t>& skip) override {
-    tokenizer_ = ByteLevelBPE::from_dir(tokenizer_dir(spec));
+    tokenizer_ = EncoderTokenizer::from_dir(tokenizer_dir(spec));
     data_ = read_mlm(spec, *tokenizer_);
     all_items_ = data_.items;
     return share_out(spec, ranks, skip, data_.sample_ids.size());

@@ -25,7 +25,7 @@ struct QaData {
   std::vector<EncoderItem> items;  // one per feature, index = feature number
 };
 
-QaData read_qa(const RunSpec& spec, const ByteLevelBPE& tokenizer) {
+QaData read_qa(const RunSpec& spec, const EncoderTokenizer& tokenizer) {
   QaData p;
   p.examples = read_squad(spec.task.dataset);
   if (spec.task.max_samples > 0 && static_cast<std::size_t>(spec.task.max_samples) < p.examples.size()) {
@@ -44,6 +44,9 @@ QaData read_qa(const RunSpec& spec, const ByteLevelBPE& tokenizer) {
     // Only the attended tokens travel; the runner pads again (to max_seq_length when asked).
     auto n = static_cast<std::size_t>(std::count(f.attention_mask.begin(), f.attention_mask.end(), 1));
     item.input_ids.assign(f.input_ids.begin(), f.input_ids.begin() + static_cast<std::ptrdiff_t>(n));
+    if (!f.token_type_ids.empty()) {
+      item.type_ids.assign(f.token_type_ids.begin(), f.token_type_ids.begin() + static_cast<std::ptrdiff_t>(n));
+    }
     p.items.push_back(std::move(item));
   }
   return p;
@@ -185,7 +188,7 @@ class QaFlow : public EncoderFlow {
   QaFlow() : EncoderFlow(EncoderHead::question_answering, qa_calibration) {}
 
   PreparedWork prepare(const RunSpec& spec, int ranks, const std::set<std::uint64_t>& skip) override {
-    tokenizer_ = ByteLevelBPE::from_dir(tokenizer_dir(spec));
+    tokenizer_ = EncoderTokenizer::from_dir(tokenizer_dir(spec));
     data_ = read_qa(spec, *tokenizer_);
     all_items_ = data_.items;
     return share_out(spec, ranks, skip, data_.examples.size());

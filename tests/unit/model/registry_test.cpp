@@ -28,6 +28,12 @@ class Registry : public ::testing::Test {
     root_ = new fs::path(testing::make_temp_dir("evalrun-registry-test"));
     make_roberta_checkpoint(dir("RobertaForQuestionAnswering"), "tiny", EncoderHead::question_answering, 1, 50);
     make_roberta_checkpoint(dir("RobertaForMaskedLM"), "tiny", EncoderHead::masked_lm, 2, 50);
+    make_roberta_checkpoint(dir("XLMRobertaForQuestionAnswering"), "tiny-xlmr", EncoderHead::question_answering, 11, 50);
+    make_roberta_checkpoint(dir("XLMRobertaForMaskedLM"), "tiny-xlmr", EncoderHead::masked_lm, 12, 50);
+    make_roberta_checkpoint(dir("BertForQuestionAnswering"), "tiny-bert", EncoderHead::question_answering, 8, 50);
+    make_roberta_checkpoint(dir("BertForMaskedLM"), "tiny-bert", EncoderHead::masked_lm, 9, 50);
+    make_roberta_checkpoint(dir("DistilBertForQuestionAnswering"), "tiny-distilbert", EncoderHead::question_answering,
+                            10, 50);
     make_llama_checkpoint(dir("LlamaForCausalLM"), "tiny-llama", 3, 50);
     make_llama_checkpoint(dir("GraniteForCausalLM"), "tiny-granite", 4, 50);
     make_llama_checkpoint(dir("MistralForCausalLM"), "tiny-mistral", 5, 50);
@@ -99,7 +105,7 @@ TEST_F(Registry, EveryRowLoadsItsArchitectureWithItsRole) {
       EXPECT_NE(load_causal_lm({dir(a.name)}), nullptr);
     }
   }
-  EXPECT_EQ(names.size(), 11u);
+  EXPECT_EQ(names.size(), 16u);
 }
 
 TEST_F(Registry, ACheckpointOfTheOtherRoleIsRefused) {
@@ -210,6 +216,25 @@ TEST_F(Registry, FamilyOptionsThatAreNotImplementedAreRefused) {
   const std::string e = load_error(no_head_dim, ModelRole::decoder);
   EXPECT_NE(e.find("model.layers.0.self_attn.q_proj.weight"), std::string::npos) << e;
   EXPECT_NE(e.find("1024"), std::string::npos) << e;  // 4 heads x 256
+  // The encoder families' options evalrun does not implement.
+  const std::vector<Case> encoder_cases = {
+      {"BertForQuestionAnswering", [](json& c) { c["position_embedding_type"] = "relative_key"; },
+       "config.json: position_embedding_type", "'relative_key'"},
+      {"BertForMaskedLM", [](json& c) { c["hidden_act"] = "swish"; }, "config.json: hidden_act", "'swish'"},
+      {"DistilBertForQuestionAnswering", [](json& c) { c["sinusoidal_pos_embds"] = true; },
+       "config.json: sinusoidal_pos_embds", "true"},
+      {"DistilBertForQuestionAnswering", [](json& c) { c["activation"] = "swish"; }, "config.json: activation",
+       "'swish'"},
+      {"DistilBertForQuestionAnswering", [](json& c) { c["architectures"] = {"DistilBertForMaskedLM"}; },
+       "config.json: architectures", "'DistilBertForMaskedLM' is not supported"},
+  };
+  for (const auto& k : encoder_cases) {
+    SCOPED_TRACE(std::string(k.row) + " " + k.key);
+    const std::string d = edited(k.row, "refused-" + std::to_string(i++), k.edit);
+    const std::string e = load_error(d, ModelRole::encoder);
+    EXPECT_NE(e.find(k.key), std::string::npos) << e;
+    EXPECT_NE(e.find(k.value), std::string::npos) << e;
+  }
   // Qwen2 with use_sliding_window true but a window that covers every position loads (no effect).
   const std::string d = edited("Qwen2ForCausalLM", "window-covers", [](json& c) { c["use_sliding_window"] = true; });
   EXPECT_EQ(load_error(d, ModelRole::decoder), "(no error)");

@@ -27,15 +27,16 @@ Record round_trip(const Record& r) {
 }
 
 TEST(TaskRecords, EncoderItem) {
-  EncoderItem a{42, {0, 5, 17, 2}, {2}};
+  EncoderItem a{42, {0, 5, 17, 2}, {2}, {0, 0, 1, 1}};
   const EncoderItem b = round_trip(a);
   EXPECT_EQ(b.index, 42u);
   EXPECT_EQ(b.input_ids, a.input_ids);
   EXPECT_EQ(b.mask_positions, a.mask_positions);
+  EXPECT_EQ(b.type_ids, a.type_ids);
 }
 
 TEST(TaskRecords, EncoderShardOfItems) {
-  std::vector<EncoderItem> items = {{3, {1, 2}, {}}, {0, {}, {}}, {9, {7, 8, 9}, {1, 2}}};
+  std::vector<EncoderItem> items = {{3, {1, 2}, {}, {0, 1}}, {0, {}, {}, {}}, {9, {7, 8, 9}, {1, 2}, {}}};
   ByteWriter w;
   put_records(w, items);
   const std::string bytes = w.take();
@@ -47,6 +48,7 @@ TEST(TaskRecords, EncoderShardOfItems) {
     EXPECT_EQ(back[i].index, items[i].index);
     EXPECT_EQ(back[i].input_ids, items[i].input_ids);
     EXPECT_EQ(back[i].mask_positions, items[i].mask_positions);
+    EXPECT_EQ(back[i].type_ids, items[i].type_ids);
   }
 }
 

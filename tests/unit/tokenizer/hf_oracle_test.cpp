@@ -11,10 +11,13 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/errors.hpp"
+#include "common/text.hpp"
 #include "io/hdf5_file.hpp"
 #include "test_util.hpp"
 #include "tokenizer/decoder_tokenizer.hpp"
 #include "tokenizer/hf_tokenizer.hpp"
+#include "tokenizer/slow_converters.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace evalrun {
@@ -104,35 +107,44 @@ TEST_P(HfOracle, IdsAndDecodedTextMatchTransformersJs) {
 
 INSTANTIATE_TEST_SUITE_P(Vocabularies, HfOracle, ::testing::Values("llama3", "qwen3", "gemma3", "llama2"));
 
-// The tokenizer.json that transformers' BertConverter makes of a BERT vocab.txt + tokenizer_config.json
-// (BertNormalizer, BertPreTokenizer, WordPiece, [CLS] A [SEP] (B [SEP]) with type ids 0 / 1).
-std::string bert_tokenizer_json(const fs::path& dir) {
+// The fixtures' slow files (vocab.txt + tokenizer_config.json) through the converter row of their
+// tokenizer_class, as DecoderTokenizer and the encoder tasks read them.
+HfTokenizer converted_bert(const fs::path& dir) {
   const json cfg = json::parse(std::ifstream(dir / "tokenizer_config.json"));
-  json vocab = json::object();
-  std::ifstream in(dir / "vocab.txt");
-  std::string line;
-  for (std::int64_t id = 0; std::getline(in, line); ++id) vocab[line] = id;
-  json added = json::array();
-  for (const char* t : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}) {
-    added.push_back({{"id", vocab[t]}, {"content", t}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
-                     {"normalized", false}, {"special", true}});
-  }
-  auto special = [](const char* t, int type) { return json{{"SpecialToken", {{"id", t}, {"type_id", type}}}}; };
-  auto seq = [](const char* t, int type) { return json{{"Sequence", {{"id", t}, {"type_id", type}}}}; };
-  const json file = {
-      {"added_tokens", added},
-      {"normalizer", {{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", cfg.value("tokenize_chinese_chars", true)},
-                      {"strip_accents", cfg["strip_accents"]}, {"lowercase", cfg.value("do_lower_case", true)}}},
-      {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
-      {"model", {{"type", "WordPiece"}, {"unk_token", "[UNK]"}, {"continuing_subword_prefix", "##"},
-                 {"max_input_chars_per_word", 100}, {"vocab", vocab}}},
-      {"post_processor", {{"type", "TemplateProcessing"},
-                          {"single", {special("[CLS]", 0), seq("A", 0), special("[SEP]", 0)}},
-                          {"pair", {special("[CLS]", 0), seq("A", 0), special("[SEP]", 0), seq("B", 1), special("[SEP]", 1)}},
-                          {"special_tokens", {{"[CLS]", {{"id", "[CLS]"}, {"ids", {vocab["[CLS]"]}}, {"tokens", {"[CLS]"}}}},
-                                              {"[SEP]", {{"id", "[SEP]"}, {"ids", {vocab["[SEP]"]}}, {"tokens", {"[SEP]"}}}}}}}},
-      {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}}};
-  return file.dump();
+  const auto conv = convert_slow_tokenizer(dir.string(), cfg.at("tokenizer_class").get<std::string>());
+  if (!conv) throw std::runtime_error(dir.string() + ": no converter row");
+  return HfTokenizer::from_json_text(conv->tokenizer_json, conv->name, read_file((dir / "tokenizer_config.json").string()));
+}
+
+// Slow BertTokenizer files the conversion would read differently from transformers: exit 2 naming
+// the file (and line) and key.
+TEST(HfOracleBert, SlowFilesTheConversionCannotReproduceAreInputErrors) {
+  const fs::path dir = testing::make_temp_dir("evalrun-bert-slow");
+  auto error_of = [&](const std::string& vocab, const std::string& config) {
+    std::ofstream(dir / "vocab.txt") << vocab;
+    std::ofstream(dir / "tokenizer_config.json") << config;
+    try {
+      convert_slow_tokenizer(dir.string(), "BertTokenizer");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const std::string ok_vocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\n";
+  EXPECT_EQ(error_of(ok_vocab, R"({"tokenizer_class": "BertTokenizer"})"), "(no error)");
+  std::string e = error_of("[PAD]\n[UNK]\nthe\n[CLS]\n[SEP]\nthe\n", R"({"tokenizer_class": "BertTokenizer"})");
+  EXPECT_NE(e.find("vocab.txt:6"), std::string::npos) << e;
+  EXPECT_NE(e.find("also on line 3"), std::string::npos) << e;
+  e = error_of("[PAD]\n[UNK]\n[CLS]\n[SEP]\nab\xff\n", R"({"tokenizer_class": "BertTokenizer"})");
+  EXPECT_NE(e.find("vocab.txt:5"), std::string::npos) << e;
+  EXPECT_NE(e.find("not valid UTF-8"), std::string::npos) << e;
+  e = error_of(ok_vocab, R"({"tokenizer_class": "BertTokenizer", "never_split": ["foo"]})");
+  EXPECT_NE(e.find("tokenizer_config.json: never_split"), std::string::npos) << e;
+  e = error_of(ok_vocab, R"({"tokenizer_class": "BertTokenizer", "do_basic_tokenize": false})");
+  EXPECT_NE(e.find("tokenizer_config.json: do_basic_tokenize"), std::string::npos) << e;
+  e = error_of("[PAD]\n[UNK]\n[SEP]\n", R"({"tokenizer_class": "BertTokenizer"})");
+  EXPECT_NE(e.find("tokenizer_config.json: cls_token"), std::string::npos) << e;
+  fs::remove_all(dir);
 }
 
 // WordPiece against the Hugging Face ids of the BERT and DistilBERT fixtures (BertTokenizer).
@@ -141,7 +153,7 @@ TEST(HfOracleBert, WordPieceIdsAndTypeIdsMatchTheFixtures) {
   std::size_t checked = 0;
   for (const char* fixture : {"bert-qa", "distilbert-qa"}) {
     const fs::path dir = fs::path(data) / "oracle" / fixture;
-    const HfTokenizer tok = HfTokenizer::from_json_text(bert_tokenizer_json(dir), (dir / "tokenizer.json").string());
+    const HfTokenizer tok = converted_bert(dir);
     const H5Reader ref((dir / "reference.h5").string());
     for (const auto& id : ref.read_strings("/ids")) {
       const std::string g = "/samples/" + id;
@@ -154,7 +166,7 @@ TEST(HfOracleBert, WordPieceIdsAndTypeIdsMatchTheFixtures) {
     }
   }
   const fs::path mlm = fs::path(data) / "oracle/bert-mlm";
-  const HfTokenizer tok = HfTokenizer::from_json_text(bert_tokenizer_json(mlm), (mlm / "tokenizer.json").string());
+  const HfTokenizer tok = converted_bert(mlm);
   const H5Reader ref((mlm / "reference.h5").string());
   for (const auto& id : ref.read_strings("/ids")) {
     const std::string g = "/samples/" + id;
