@@ -207,9 +207,18 @@ void EncoderFamiliesRun::mlm_layouts(const std::string& fixture) {
         ++row;
       }
     }
+    // The fixtures' filled_text is decoded without transformers' clean-up (it keeps "ellison ." and
+    // "lemonyear ?"), while their tokenizer_config.json says clean_up_tokenization_spaces true, which
+    // decode() applies and evalrun follows: the clean-up's replacements are applied to the reference.
+    auto cleaned = [](std::string t) {
+      for (const char* p : {" .", " ?", " !", " ,"}) {
+        for (auto at = t.find(p); at != std::string::npos; at = t.find(p, at)) t.erase(at, 1);
+      }
+      return t;
+    };
     const auto f = out.read_strings("/predictions/filled_text");
     for (std::size_t k = 0; k < ids.size() && k < f.size(); ++k) {
-      EXPECT_EQ(f[k], ref.attr_string("/samples/" + ids[k], "filled_text")) << path << " " << ids[k];
+      EXPECT_EQ(f[k], cleaned(ref.attr_string("/samples/" + ids[k], "filled_text"))) << path << " " << ids[k];
     }
     if (filled.empty()) filled = f;
     EXPECT_EQ(f, filled) << path;
