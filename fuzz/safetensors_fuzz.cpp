@@ -12,32 +12,12 @@
 #include <vector>
 
 #include "fuzz_util.hpp"
+#include "tensor_view_check.hpp"
 #include "io/safetensors.hpp"
 
 using namespace evalrun;
 
 namespace {
-
-// Touches every byte so a view past the mapping faults here rather than in a model loader.
-std::uint8_t touch(const TensorView& v) {
-  std::uint8_t acc = 0;
-  for (std::size_t i = 0; i < v.nbytes; ++i) acc ^= static_cast<std::uint8_t>(v.data[i]);
-  return acc;
-}
-
-void check_view(const TensorView& v, const std::byte* buf_begin, const std::byte* buf_end) {
-  FUZZ_CHECK(v.data >= buf_begin && v.data <= buf_end);
-  FUZZ_CHECK(v.nbytes <= static_cast<std::size_t>(buf_end - v.data));
-  // numel fits int64 and agrees with the byte size.
-  std::int64_t n = 1;
-  for (auto d : v.shape) {
-    FUZZ_CHECK(d >= 0);
-    FUZZ_CHECK(!__builtin_mul_overflow(n, d, &n));
-  }
-  FUZZ_CHECK(v.numel() == n);
-  FUZZ_CHECK(static_cast<std::size_t>(n) * element_size(v.dtype) == v.nbytes);
-  (void)touch(v);
-}
 
 void check_file(const SafetensorsFile& f) {
   const std::byte* base = f.mapped_data();
@@ -52,7 +32,7 @@ void check_file(const SafetensorsFile& f) {
   for (const auto& [name, v] : f.tensors()) {
     FUZZ_CHECK(name == v.name);
     FUZZ_CHECK(f.find(name) == &v);
-    check_view(v, buf_begin, buf_end);
+    fuzz::check_view(v, buf_begin, buf_end);
     if (v.nbytes > 0) ranges.emplace_back(v.data, v.data + v.nbytes);
   }
   std::sort(ranges.begin(), ranges.end());
@@ -63,7 +43,7 @@ void check_checkpoint(const Checkpoint& c) {
   for (const auto& name : c.names()) {
     const TensorView& v = c.get(name);
     FUZZ_CHECK(v.name == name);
-    (void)touch(v);
+    fuzz::check_view(v, v.data, v.data + v.nbytes);
   }
   (void)c.files();
 }

@@ -6,6 +6,7 @@
 
 #include "fuzz_util.hpp"
 #include "io/torch_bin.hpp"
+#include "tensor_view_check.hpp"
 
 using namespace evalrun;
 
@@ -16,17 +17,7 @@ void check_file(const TorchBinFile& f) {
   const std::byte* end = begin + f.mapped_size();
   for (const auto& [name, v] : f.tensors()) {
     FUZZ_CHECK(name == v.name);
-    FUZZ_CHECK(v.data >= begin && v.data <= end);
-    FUZZ_CHECK(v.nbytes <= static_cast<std::size_t>(end - v.data));
-    std::int64_t n = 1;
-    for (auto d : v.shape) {
-      FUZZ_CHECK(d >= 0);
-      FUZZ_CHECK(!__builtin_mul_overflow(n, d, &n));
-    }
-    FUZZ_CHECK(static_cast<std::size_t>(n) * element_size(v.dtype) == v.nbytes);
-    std::uint8_t acc = 0;  // touches every byte: a view past the mapping faults here
-    for (std::size_t i = 0; i < v.nbytes; ++i) acc ^= static_cast<std::uint8_t>(v.data[i]);
-    (void)acc;
+    fuzz::check_view(v, begin, end);
   }
 }
 

@@ -15,6 +15,13 @@
 namespace evalrun {
 namespace {
 
+// The unsigned little-endian value of `width` (<= 8) bytes at p: zip fields and pickle arguments.
+std::uint64_t little_endian(const unsigned char* p, int width) {
+  std::uint64_t v = 0;
+  for (int k = width - 1; k >= 0; --k) v = (v << 8) | p[k];
+  return v;
+}
+
 // ---------------------------------------------------------------------------------------------------
 // The zip directory. torch.save writes every entry stored (method 0), its data 64-byte aligned, and
 // switches to ZIP64 records past 4 GiB; we read the central directory (the local headers only for
@@ -88,11 +95,9 @@ class ZipReader {
   void need(std::uint64_t off, std::uint64_t len) const {
     if (off > n_ || len > n_ - off) fail("truncated (a record at byte " + std::to_string(off) + " runs past the end)");
   }
-  std::uint64_t u(std::uint64_t off, int width) const {  // little-endian
+  std::uint64_t u(std::uint64_t off, int width) const {
     need(off, static_cast<std::uint64_t>(width));
-    std::uint64_t v = 0;
-    for (int i = width - 1; i >= 0; --i) v = (v << 8) | b_[off + static_cast<std::uint64_t>(i)];
-    return v;
+    return little_endian(b_ + off, width);
   }
   std::size_t find_end_record() const {
     // The end record is 22 bytes plus a comment of at most 65535.
@@ -237,13 +242,13 @@ class Unpickler {
         case 'N': push(make(Kind::none)); break;
         case 0x88: push_int(Kind::boolean, 1); break;  // NEWTRUE
         case 0x89: push_int(Kind::boolean, 0); break;  // NEWFALSE
-        case 'J': push_int(Kind::integer, static_cast<std::int32_t>(le(take(4), 4))); break;  // BININT
-        case 'K': push_int(Kind::integer, static_cast<std::int64_t>(le(take(1), 1))); break;  // BININT1
-        case 'M': push_int(Kind::integer, static_cast<std::int64_t>(le(take(2), 2))); break;  // BININT2
+        case 'J': push_int(Kind::integer, static_cast<std::int32_t>(little_endian(take(4), 4))); break;  // BININT
+        case 'K': push_int(Kind::integer, static_cast<std::int64_t>(little_endian(take(1), 1))); break;  // BININT1
+        case 'M': push_int(Kind::integer, static_cast<std::int64_t>(little_endian(take(2), 2))); break;  // BININT2
         case 0x8a: {                                                                          // LONG1
-          const auto len = static_cast<int>(le(take(1), 1));
+          const auto len = static_cast<int>(little_endian(take(1), 1));
           if (len > 8) fail("LONG1 of " + std::to_string(len) + " bytes (beyond 64 bits)");
-          std::uint64_t v = len > 0 ? le(take(static_cast<std::size_t>(len)), len) : 0;
+          std::uint64_t v = len > 0 ? little_endian(take(static_cast<std::size_t>(len)), len) : 0;
           if (len > 0 && len < 8 && (v >> (8 * len - 1)) != 0) v |= ~std::uint64_t{0} << (8 * len);  // sign
           push_int(Kind::integer, static_cast<std::int64_t>(v));
           break;
@@ -257,9 +262,9 @@ class Unpickler {
           push(r);
           break;
         }
-        case 'X': push_string(le(take(4), 4)); break;     // BINUNICODE
-        case 0x8c: push_string(le(take(1), 1)); break;    // SHORT_BINUNICODE
-        case 0x8d: push_string(le(take(8), 8)); break;    // BINUNICODE8
+        case 'X': push_string(little_endian(take(4), 4)); break;     // BINUNICODE
+        case 0x8c: push_string(little_endian(take(1), 1)); break;    // SHORT_BINUNICODE
+        case 0x8d: push_string(little_endian(take(8), 8)); break;    // BINUNICODE8
         case 'c': {                                       // GLOBAL module\nname\n
           const std::string module = line();
           const std::string name = line();
@@ -273,11 +278,11 @@ class Unpickler {
           push(global(objs_[module].s, objs_[name].s));
           break;
         }
-        case 'q': memo_[static_cast<std::uint32_t>(le(take(1), 1))] = peek(); break;  // BINPUT
-        case 'r': memo_[static_cast<std::uint32_t>(le(take(4), 4))] = peek(); break;  // LONG_BINPUT
+        case 'q': memo_[static_cast<std::uint32_t>(little_endian(take(1), 1))] = peek(); break;  // BINPUT
+        case 'r': memo_[static_cast<std::uint32_t>(little_endian(take(4), 4))] = peek(); break;  // LONG_BINPUT
         case 0x94: memo_[static_cast<std::uint32_t>(memo_.size())] = peek(); break;   // MEMOIZE
-        case 'h': push(memo(le(take(1), 1))); break;                                  // BINGET
-        case 'j': push(memo(le(take(4), 4))); break;                                  // LONG_BINGET
+        case 'h': push(memo(little_endian(take(1), 1))); break;                                  // BINGET
+        case 'j': push(memo(little_endian(take(4), 4))); break;                                  // LONG_BINGET
         case 'Q': push(persistent_load(pop())); break;                                // BINPERSID
         case 'R': {                                                                   // REDUCE
           const Ref args = pop();
@@ -315,11 +320,6 @@ class Unpickler {
     const unsigned char* p = d_ + pos_;
     pos_ += len;
     return p;
-  }
-  static std::uint64_t le(const unsigned char* p, int width) {
-    std::uint64_t v = 0;
-    for (int k = width - 1; k >= 0; --k) v = (v << 8) | p[k];
-    return v;
   }
   std::string line() {
     const void* nl = std::memchr(d_ + pos_, '\n', n_ - pos_);
