@@ -108,6 +108,9 @@ std::vector<GenerationResult> run_generation(CausalLM& model, const std::vector<
   auto is_stop = [&](std::int64_t id) {
     return !options.no_early_termination && std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end();
   };
+  auto stops_on_text = [&](const std::vector<std::int64_t>& generated) {
+    return !options.no_early_termination && options.stop_when && options.stop_when(generated);
+  };
 
   std::vector<float> logits;
   std::size_t done = 0, batch = 0;
@@ -198,7 +201,7 @@ std::vector<GenerationResult> run_generation(CausalLM& model, const std::vector<
             finished[r] = true;
             out.stopped = is_stop(fed);
           }
-        } else if (is_stop(fed)) {
+        } else if (is_stop(fed) || stops_on_text(out.generated_ids)) {
           finished[r] = true;
           out.stopped = true;
         } else if (last) {

@@ -38,6 +38,10 @@ struct GenerationOptions {
   // false: a sequence ends at its first stop id (the stop token kept as its last token) and the run
   // ends when every sequence of the batch has ended; true: every sequence gets max_new_tokens.
   bool no_early_termination = false;
+  // Stop strings (generate_until's `until`, whose text needs the tokenizer): called after each token a
+  // free row generates, with the row's new ids so far; true ends the row there, `stopped` set, as a stop
+  // id does. A function of the row's own ids only, so rows stop where they would alone. Unset = none.
+  std::function<bool(const std::vector<std::int64_t>& generated)> stop_when;
   int batch_size = 1;
   // Logits kept per generated token: 0 none, -1 the full vocabulary row, k > 0 the k largest
   // (values + ids, ties: lower id first).

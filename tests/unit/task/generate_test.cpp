@@ -201,6 +201,43 @@ TEST_F(TinyLlama, StopsAtAStopIdPerSequenceUnlessNoEarlyTermination) {
   }
 }
 
+// stop_when (generate_until's stop strings): each row ends at the first step where the predicate on its
+// own ids holds, whatever batch it shares; the predicate sees every step's ids of that row.
+TEST_F(TinyLlama, StopWhenEndsEachRowWhereItsOwnIdsSayAndNotOthers) {
+  const auto its = items();
+  const auto ref = run(its, full_run(1));
+  // Stop a row once it has generated a pair (a, b) equal to ref item 0's tokens 2-3: rows that never
+  // generate that pair run to max_new_tokens.
+  const std::int64_t a = ref[0].generated_ids[2], b = ref[0].generated_ids[3];
+  auto stop_at_pair = [a, b](const Ids& g) { return g.size() >= 2 && g[g.size() - 2] == a && g.back() == b; };
+  for (int batch : {1, 3, 8}) {
+    auto o = full_run(batch);
+    o.no_early_termination = false;
+    o.keep_logits = 0;
+    o.stop_when = stop_at_pair;
+    const auto stopped = run(its, o);
+    for (std::size_t i = 0; i < its.size(); ++i) {
+      const Ids& full = ref[i].generated_ids;
+      std::size_t end = full.size();
+      for (std::size_t s = 1; s < full.size(); ++s) {
+        if (full[s - 1] == a && full[s] == b) {
+          end = s + 1;
+          break;
+        }
+      }
+      EXPECT_EQ(stopped[i].generated_ids, Ids(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(end)))
+          << "batch " << batch << " item " << i;
+      EXPECT_EQ(stopped[i].stopped, end < full.size() || stop_at_pair(full)) << "batch " << batch << " item " << i;
+    }
+    EXPECT_EQ(stopped[0].generated_ids.size(), 4u);
+  }
+  // no_early_termination wins over stop_when, as over stop ids.
+  auto o = full_run(2);
+  o.stop_when = stop_at_pair;
+  const auto through = run(its, o);
+  for (std::size_t i = 0; i < its.size(); ++i) EXPECT_EQ(through[i].generated_ids, ref[i].generated_ids) << i;
+}
+
 TEST_F(TinyLlama, PrepareTruncatesToTheFirstTokensAndFixedLengthPadsOrRefuses) {
   const auto tok = DecoderTokenizer::from_dir(dir_->string());
   const std::vector<Prompt> prompts = {{"short", "the cat"},
