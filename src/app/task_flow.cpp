@@ -212,18 +212,14 @@ void log_model_load(const RunSpec& spec, const Provenance& prov, double seconds,
 }
 
 std::string checkpoint_sha256(const std::string& dir) {
-  // Runs before the model is loaded (the run's fingerprint): the loader's own message for a bad path.
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) {
-    throw InputError(dir, "checkpoint directory does not exist or is not a directory");
-  }
+  // Runs before the model is loaded (the run's fingerprint): the loader's own messages for a bad path
+  // or layout, and the files it would read (Checkpoint chooses them), with config.json.
+  const Checkpoint checkpoint(dir);
   std::vector<std::filesystem::path> files;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    const auto name = e.path().filename().string();
-    if (e.is_regular_file() && (name == "config.json" || is_weight_file(name))) {
-      files.push_back(e.path());
-    }
-  }
+  const std::filesystem::path config = std::filesystem::path(dir) / "config.json";
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(config, ec)) files.push_back(config);
+  for (const auto& f : checkpoint.input_files()) files.push_back(f);
   std::sort(files.begin(), files.end());
   return sha256_files(files);
 }

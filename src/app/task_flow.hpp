@@ -100,7 +100,7 @@ struct Progress {
 };
 
 std::string tokenizer_dir(const RunSpec& spec);
-// sha256 over config.json and the *.safetensors files of a checkpoint directory.
+// sha256 over config.json and the weight files the loader reads (Checkpoint::input_files()).
 std::string checkpoint_sha256(const std::string& dir);
 // Throughput attributes on /metrics and the /timing group.
 void write_timing(H5Writer& out, const RunTimes& t, const std::vector<double>& item_seconds, std::size_t items,

@@ -320,6 +320,7 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
 }
 
 void Checkpoint::load_sharded(const std::string& ip, std::unique_ptr<TensorFile> (*open)(const std::string&)) {
+  index_path_ = ip;
   const fs::path d(dir_);
   std::error_code ec;
   const std::string text = read_file(ip);
@@ -393,6 +394,13 @@ const TensorView& Checkpoint::get(const std::string& name) const {
 std::vector<std::string> Checkpoint::files() const {
   std::vector<std::string> out;
   for (const auto& f : files_) out.push_back(f->path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::string> Checkpoint::input_files() const {
+  std::vector<std::string> out = files();
+  if (!index_path_.empty()) out.push_back(index_path_);
   std::sort(out.begin(), out.end());
   return out;
 }

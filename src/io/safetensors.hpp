@@ -89,11 +89,16 @@ class Checkpoint {
   const TensorView* find(const std::string& name) const;   // nullptr if absent
   const TensorView& get(const std::string& name) const;    // InputError "tensor 'x' missing" if absent
   std::vector<std::string> files() const;                   // the tensor files, sorted
+  // Every file the checkpoint was read from: files() and, when sharded, the index (sorted). What the
+  // run's fingerprint hashes, so a file the loader did not choose (a pytorch_model.bin beside
+  // model.safetensors) does not change it.
+  std::vector<std::string> input_files() const;
 
  private:
   void load_sharded(const std::string& index_path, std::unique_ptr<TensorFile> (*open)(const std::string&));
 
   std::string dir_;
+  std::string index_path_;  // "" unless sharded
   std::vector<std::unique_ptr<TensorFile>> files_;
   std::map<std::string, const TensorView*> index_;
 };

@@ -368,10 +368,15 @@ TEST_F(TorchBin, CheckpointLayouts) {
     EXPECT_EQ(floats_of(ck.get("a")), std::vector<float>{3});
     EXPECT_EQ(floats_of(ck.get("b")), (std::vector<float>{4, 5}));
     EXPECT_EQ(ck.files().size(), 2u);
+    // What the run's fingerprint hashes: the shards and their index, not the unsharded .bin beside them.
+    EXPECT_EQ(ck.input_files(), (std::vector<std::string>{(dir_ / "pytorch_model-00001-of-00002.bin").string(),
+                                                          (dir_ / "pytorch_model-00002-of-00002.bin").string(),
+                                                          (dir_ / "pytorch_model.bin.index.json").string()}));
   }
   write_safetensors((dir_ / "model.safetensors").string(),
                     {TensorToWrite{"s", TensorDType::F32, {1}, std::vector<std::byte>(4, std::byte{0})}});
   EXPECT_EQ(Checkpoint(dir_.string()).names(), std::vector<std::string>{"s"});
+  EXPECT_EQ(Checkpoint(dir_.string()).input_files(), std::vector<std::string>{(dir_ / "model.safetensors").string()});
   const fs::path empty = dir_ / "empty";
   fs::create_directories(empty);
   EXPECT_NE(input_error([&] { Checkpoint c(empty.string()); }).find("pytorch_model.bin"), std::string::npos);
