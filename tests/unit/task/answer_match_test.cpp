@@ -2,9 +2,12 @@
 // what CPython 3.11's `re` gives (the Python expression beside each), not what this code gives.
 #include "task/answer_match.hpp"
 
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include "common/errors.hpp"
+#include "task/generate_until.hpp"
 
 namespace evalrun {
 namespace {
@@ -91,6 +94,49 @@ TEST(AnswerMatch, BadPatternNamesWhere) {
     EXPECT_NE(std::string(e.what()).find("tasks/gsm8k.toml: filter.regex"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("(unclosed"), std::string::npos) << e.what();
   }
+}
+
+// A GSM8K-style document scored as lm-eval scores it: the response cut at "Question:", the strict and
+// flexible filters' answers, exact match against the whole "... #### 72" target.
+TEST(GenerateUntil, ScoresEachFilterAgainstTheTarget) {
+  GenerateUntilScoring g;
+  g.until = {"Question:", "</s>"};
+  AnswerFilter strict, flexible;
+  strict.name = "strict-match";
+  strict.regex = PyRegex::compile(R"(#### (\-?[0-9\.\,]+))", "t");
+  flexible.name = "flexible-extract";
+  flexible.regex = PyRegex::compile(R"((-?[$0-9.,]{2,})|(-?[0-9]+))", "t");
+  flexible.group_select = -1;
+  g.filters = {strict, flexible};
+  g.exact_match.ignore_case = true;
+  for (const char* re : {",", R"(\$)", "(?s).*#### ", R"(\.$)"}) g.exact_match.regexes_to_ignore.push_back(PyRegex::compile(re, "t"));
+  const std::string target = "She sold 48/2 = 24 in May.\n#### 72";
+
+  const auto a = score_response(" 48 + 24 = 72.\n#### 72\n\nQuestion: How many #### 5", target, g);
+  EXPECT_EQ(a.response, " 48 + 24 = 72.\n#### 72\n\n");
+  EXPECT_EQ(a.answers, (std::vector<std::string>{"72", "72"}));
+  EXPECT_EQ(a.exact, (std::vector<bool>{true, true}));
+  // No "####": strict falls back to "[invalid]"; flexible takes the last number.
+  const auto b = score_response(" So the answer is $72.", target, g);
+  EXPECT_EQ(b.answers, (std::vector<std::string>{"[invalid]", "$72."}));
+  EXPECT_EQ(b.exact, (std::vector<bool>{false, true}));
+  // A filterless task compares the cut response itself.
+  GenerateUntilScoring plain;
+  plain.until = {"\n"};
+  plain.filters = {AnswerFilter{}};
+  plain.exact_match.strip = true;
+  const auto c = score_response(" Paris\nThe end", "Paris", plain);
+  EXPECT_EQ(c.answers, std::vector<std::string>{" Paris"});
+  EXPECT_EQ(c.exact, std::vector<bool>{true});
+}
+
+TEST(GenerateUntil, MeanAndStderrAsLmEval) {
+  // [1, 0, 1, 1]: mean 0.75, sample sd sqrt(0.25) = 0.5, stderr 0.5 / 2 = 0.25.
+  const auto m = mean_with_stderr({1, 0, 1, 1});
+  EXPECT_DOUBLE_EQ(m.mean, 0.75);
+  EXPECT_DOUBLE_EQ(m.standard_error, 0.25);
+  EXPECT_TRUE(std::isnan(mean_with_stderr({1}).standard_error));
+  EXPECT_DOUBLE_EQ(mean_with_stderr({1}).mean, 1.0);
 }
 
 }  // namespace
