@@ -3,6 +3,9 @@
 # (-DEVALRUN_SANITIZE=address,undefined, the default compiler) in build-asan/ and runs them:
 # `ctest -L library` = every test under tests/unit/ plus the replay of each fuzz target's committed
 # corpus (tests/fuzz). Extra arguments go to ctest.
+#   scripts/test_sanitized.sh --all [CTEST ARGS]   every target and every test (cli, mpi, e2e, slurm
+#                                                   included); hours on 2 cores, see
+#                                                   docs/building-and-testing.md
 #
 # That includes tests/unit/quant's evalrun_int8_cli_test, which runs the sanitized evalrun binary
 # (also under mpirun -n 2). Left out: the other tests that run the binary (tests/cli, tests/mpi,
@@ -21,6 +24,13 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:abort_on_error=1"
 # The build runs the test binaries too (gtest test discovery), so the options apply from here on.
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEVALRUN_SANITIZE=address,undefined \
   -DEVALRUN_WERROR=OFF >/dev/null
-cmake --build "$build" -j"$jobs" --target library_tests
-cd "$build"
-ctest -L library --output-on-failure -j"$jobs" --timeout 900 "$@"
+if [[ "${1:-}" == "--all" ]]; then
+  shift
+  cmake --build "$build" -j"$jobs"
+  cd "$build"
+  ctest --output-on-failure -j"$jobs" --timeout 1800 "$@"
+else
+  cmake --build "$build" -j"$jobs" --target library_tests
+  cd "$build"
+  ctest -L library --output-on-failure -j"$jobs" --timeout 900 "$@"
+fi

@@ -87,17 +87,17 @@ PyRegex PyRegex::compile(const std::string& pattern, const std::string& where) {
 int PyRegex::groups() const { return re_->groups; }
 const std::string& PyRegex::pattern() const { return re_->pattern; }
 
-std::vector<std::vector<std::string>> PyRegex::findall(std::string_view text) const {
-  const std::u32string subject = to_u32(text);
+void PyRegex::each_match(std::u32string_view subject,
+                         const std::function<void(const std::size_t* ovector, int rc)>& on_match) const {
   const auto* s = reinterpret_cast<PCRE2_SPTR>(subject.data());
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(re_->code, nullptr);
-  std::vector<std::vector<std::string>> out;
   std::size_t pos = 0;
   bool after_empty = false;
   while (pos <= subject.size()) {
     // After an empty match, Python tries again at the same place for a non-empty one, then moves on
     // one character (pcre2demo's NOTEMPTY_ATSTART | ANCHORED retry).
-    const std::uint32_t flags = (pos == 0 ? 0 : PCRE2_NO_UTF_CHECK) | (after_empty ? PCRE2_NOTEMPTY_ATSTART | PCRE2_ANCHORED : 0);
+    const std::uint32_t flags =
+        (pos == 0 ? 0 : PCRE2_NO_UTF_CHECK) | (after_empty ? PCRE2_NOTEMPTY_ATSTART | PCRE2_ANCHORED : 0);
     const int rc = pcre2_match(re_->code, s, subject.size(), pos, flags, md, nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) {
       if (!after_empty) break;
@@ -111,51 +111,37 @@ std::vector<std::vector<std::string>> PyRegex::findall(std::string_view text) co
                                        std::to_string(rc) + ")");
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-    std::vector<std::string> match;
-    if (re_->groups == 0) {
-      match.push_back(to_utf8(std::u32string_view(subject).substr(ov[0], ov[1] - ov[0])));
-    } else {
-      for (int g = 1; g <= re_->groups; ++g) {
-        const PCRE2_SIZE b = ov[2 * g], e = ov[2 * g + 1];
-        match.push_back(g < rc && b != PCRE2_UNSET ? to_utf8(std::u32string_view(subject).substr(b, e - b)) : "");
-      }
-    }
-    out.push_back(std::move(match));
+    on_match(ov, rc);
     after_empty = ov[1] == ov[0];
     pos = ov[1];
   }
   pcre2_match_data_free(md);
+}
+
+std::vector<std::vector<std::string>> PyRegex::findall(std::string_view text) const {
+  const std::u32string subject = to_u32(text);
+  const std::u32string_view view(subject);
+  std::vector<std::vector<std::string>> out;
+  each_match(view, [&](const std::size_t* ov, int rc) {
+    std::vector<std::string> match;
+    if (re_->groups == 0) match.push_back(to_utf8(view.substr(ov[0], ov[1] - ov[0])));
+    for (int g = 1; g <= re_->groups; ++g) {
+      const std::size_t b = ov[2 * g], e = ov[2 * g + 1];
+      match.push_back(g < rc && b != PCRE2_UNSET ? to_utf8(view.substr(b, e - b)) : "");
+    }
+    out.push_back(std::move(match));
+  });
   return out;
 }
 
 std::string PyRegex::remove_all(std::string_view text) const {
   const std::u32string subject = to_u32(text);
-  const auto* s = reinterpret_cast<PCRE2_SPTR>(subject.data());
-  pcre2_match_data* md = pcre2_match_data_create_from_pattern(re_->code, nullptr);
   std::u32string kept;
-  std::size_t pos = 0, copied = 0;
-  bool after_empty = false;
-  while (pos <= subject.size()) {
-    const std::uint32_t flags = (pos == 0 ? 0 : PCRE2_NO_UTF_CHECK) | (after_empty ? PCRE2_NOTEMPTY_ATSTART | PCRE2_ANCHORED : 0);
-    const int rc = pcre2_match(re_->code, s, subject.size(), pos, flags, md, nullptr);
-    if (rc == PCRE2_ERROR_NOMATCH) {
-      if (!after_empty) break;
-      after_empty = false;
-      ++pos;
-      continue;
-    }
-    if (rc < 0) {
-      pcre2_match_data_free(md);
-      throw InputError(re_->where, "regular expression \"" + re_->pattern + "\" exceeded PCRE2's matching limits (error " +
-                                       std::to_string(rc) + ")");
-    }
-    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+  std::size_t copied = 0;
+  each_match(subject, [&](const std::size_t* ov, int) {
     kept.append(subject, copied, ov[0] - copied);
     copied = ov[1];
-    after_empty = ov[1] == ov[0];
-    pos = ov[1];
-  }
-  pcre2_match_data_free(md);
+  });
   kept.append(subject, copied, std::u32string::npos);
   return to_utf8(kept);
 }

@@ -6,6 +6,7 @@
 // The regular expressions are Python `re` patterns on str (Unicode classes); PCRE2 reads that syntax.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -34,6 +35,8 @@ class PyRegex {
 
  private:
   struct Compiled;
+  // Calls on_match(ovector, rc) for every match in the order re.finditer visits them.
+  void each_match(std::u32string_view subject, const std::function<void(const std::size_t* ovector, int rc)>& on_match) const;
   std::shared_ptr<const Compiled> re_;
 };
 
