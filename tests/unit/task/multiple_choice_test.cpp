@@ -1,0 +1,206 @@
+// task/multiple_choice: lm-eval's acc / acc_norm decisions by hand (ties go to the first choice,
+// acc_norm divides by code points so a multi-byte choice changes the answer), mean_stderr on a small
+// case, and the scores of shared-context documents on a tiny random Llama against a naive full
+// forward per request (independent of the task code) with share_context on and off, batch 1 and 3.
+#include "task/multiple_choice.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include "common/errors.hpp"
+#include "fixtures/make_model.hpp"
+#include "model/llama.hpp"
+#include "task/generate_until.hpp"
+#include "test_util.hpp"
+
+namespace evalrun {
+namespace {
+
+namespace fs = std::filesystem;
+using Ids = std::vector<std::int64_t>;
+
+TEST(McDecision, TiesGoToTheFirstChoiceAsNumpyArgmax) {
+  const auto d = decide_multiple_choice({-2.0, -1.5, -1.5, -3.0}, {"ab", "cd", "ef", "gh"}, 2, "t");
+  EXPECT_EQ(d.pred, 1);
+  EXPECT_FALSE(d.acc);
+  EXPECT_EQ(d.pred_norm, 1);
+  EXPECT_FALSE(d.acc_norm);
+  const auto e = decide_multiple_choice({-1.0, -1.0}, {"x", "y"}, 0, "t");
+  EXPECT_EQ(e.pred, 0);
+  EXPECT_TRUE(e.acc);
+  EXPECT_TRUE(e.acc_norm);
+}
+
+TEST(McDecision, AccNormDividesByCodePointsNotBytes) {
+  // "ééé": 3 code points, 6 bytes; "abcd": 4 of each. ll -3.3 vs -4.0:
+  //   acc: -3.3 > -4.0 -> 0; code points: -1.1 < -1.0 -> 1; bytes would give -0.55 > -1.0 -> 0.
+  EXPECT_EQ(utf8_length("\xC3\xA9\xC3\xA9\xC3\xA9"), 3u);
+  EXPECT_EQ(utf8_length("\xE2\x82\xAC" "a"), 2u);  // "€a"
+  const auto d = decide_multiple_choice({-3.3, -4.0}, {"\xC3\xA9\xC3\xA9\xC3\xA9", "abcd"}, 1, "t");
+  EXPECT_EQ(d.pred, 0);
+  EXPECT_FALSE(d.acc);
+  EXPECT_EQ(d.pred_norm, 1);
+  EXPECT_TRUE(d.acc_norm);
+  // a longer choice wins acc_norm with the lower total log-likelihood
+  const auto e = decide_multiple_choice({-2.0, -3.0}, {"a", "abcdef"}, 0, "t");
+  EXPECT_EQ(e.pred, 0);
+  EXPECT_EQ(e.pred_norm, 1);
+}
+
+TEST(McDecision, BadGoldOrCountsAreInputErrorsNamingTheDocument) {
+  try {
+    decide_multiple_choice({-1.0, -2.0}, {"a", "b"}, 2, "arc.jsonl:7");
+    FAIL() << "a gold outside the choices must be refused";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("arc.jsonl:7"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(decide_multiple_choice({-1.0}, {"a", "b"}, 0, "t"), InputError);
+  EXPECT_THROW(decide_multiple_choice({-1.0, -2.0}, {"a", ""}, 0, "t"), InputError);
+}
+
+TEST(McMetrics, StderrIsTheSampleStddevOverSqrtN) {
+  // acc per document 1, 0, 1, 1: mean 0.75; sample variance (3 * 0.0625 + 0.5625) / 3 = 0.25; 0.5 / 2
+  const auto m = mean_with_stderr({1.0, 0.0, 1.0, 1.0});
+  EXPECT_DOUBLE_EQ(m.mean, 0.75);
+  EXPECT_NEAR(m.standard_error, 0.25, 1e-15);
+}
+
+TEST(McRecords, DocumentWorkAndScoresRoundTrip) {
+  McDocWork d;
+  d.index = 9;
+  LoglikTokens t{{1, 2, 3}, {4, 5}};
+  d.requests = {make_loglik_request(20, t, 64, "t"), make_loglik_request(21, {{1, 2, 3}, {6}}, 64, "t")};
+  const auto back = from_bytes<McDocWork>(to_bytes(d));
+  EXPECT_EQ(back.index, 9u);
+  ASSERT_EQ(back.requests.size(), 2u);
+  EXPECT_EQ(back.requests[1].target, (Ids{6}));
+  EXPECT_EQ(shared_context_length(back), 3u);
+  EXPECT_EQ(back.cost(), 4 + 3);
+}
+
+TEST(McShared, ContextLengthOnlyForOneUntruncatedContext) {
+  McDocWork d;
+  d.requests = {make_loglik_request(0, {{1, 2, 3}, {4, 5}}, 64, "t"), make_loglik_request(1, {{1, 2, 9}, {4}}, 64, "t")};
+  EXPECT_EQ(shared_context_length(d), 0u);  // partial scoring: different contexts
+  d.requests = {make_loglik_request(0, {{1, 2, 3}, {4, 5}}, 3, "t"), make_loglik_request(1, {{1, 2, 3}, {4}}, 3, "t")};
+  EXPECT_EQ(shared_context_length(d), 0u);  // the first is left-truncated
+}
+
+class TinyLlamaMc : public ::testing::Test {
+ protected:
+  static constexpr std::int64_t kVocab = 300;
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(testing::make_temp_dir("evalrun-mc"));
+    make_llama_checkpoint(dir_->string(), "tiny-llama", 11, kVocab);
+    model_ = LlamaModel::load({dir_->string(), DType::fp32, Device::cpu}).release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+
+  // log p(continuation | context) from one unpadded forward of context + continuation, log_softmax
+  // by hand in double; greedy when each token is its row's first maximum.
+  static std::pair<double, bool> naive(const LoglikTokens& t) {
+    Ids all = t.context;
+    all.insert(all.end(), t.continuation.begin(), t.continuation.end());
+    const auto len = static_cast<std::int64_t>(all.size()) - 1;  // the last token is only predicted
+    Ids pos(static_cast<std::size_t>(len)), mask(pos.size(), 1);
+    for (std::int64_t k = 0; k < len; ++k) pos[static_cast<std::size_t>(k)] = k;
+    auto cache = model_->new_cache(1, len);
+    std::vector<float> logits;
+    model_->forward(all.data(), pos.data(), mask.data(), 1, len, *cache, true, logits);
+    double ll = 0;
+    bool greedy = true;
+    for (std::size_t k = t.context.size(); k < all.size(); ++k) {
+      const float* row = logits.data() + static_cast<std::int64_t>(k - 1) * kVocab;
+      std::int64_t best = 0;
+      for (std::int64_t v = 1; v < kVocab; ++v)
+        if (row[v] > row[best]) best = v;
+      double sum = 0;
+      for (std::int64_t v = 0; v < kVocab; ++v) sum += std::exp(static_cast<double>(row[v]) - row[best]);
+      ll += static_cast<double>(row[all[k]]) - row[best] - std::log(sum);
+      greedy = greedy && best == all[k];
+    }
+    return {ll, greedy};
+  }
+
+  static inline fs::path* dir_ = nullptr;
+  static inline LlamaModel* model_ = nullptr;
+};
+
+TEST_F(TinyLlamaMc, SharedAndSeparateContextsEqualANaiveForwardPerRequest) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<std::int64_t> id(3, kVocab - 1);
+  std::uniform_int_distribution<int> len(1, 12);
+  std::vector<McDocWork> docs;
+  std::vector<std::vector<LoglikTokens>> tokens;
+  std::uint64_t request = 0;
+  for (std::uint64_t d = 0; d < 7; ++d) {
+    McDocWork doc;
+    doc.index = d;
+    Ids context = {1};
+    for (int k = len(rng); k > 0; --k) context.push_back(id(rng));
+    std::vector<LoglikTokens> toks;
+    const int choices = 2 + static_cast<int>(d % 4);  // 2..5 choices
+    for (int c = 0; c < choices; ++c) {
+      LoglikTokens t{context, {}};
+      const int n = (c == 1) ? 1 : 1 + len(rng) % 5;  // a one-token choice in every document
+      for (int k = 0; k < n; ++k) t.continuation.push_back(id(rng));
+      doc.requests.push_back(make_loglik_request(request++, t, 64, "test"));
+      toks.push_back(t);
+    }
+    docs.push_back(doc);
+    tokens.push_back(toks);
+  }
+  // A document whose choices have different contexts (partial scoring) goes request by request.
+  {
+    McDocWork doc;
+    doc.index = 7;
+    std::vector<LoglikTokens> toks = {{{1, 40, 41}, {50, 51}}, {{1, 40, 42, 43}, {50, 51}}};
+    for (const auto& t : toks) doc.requests.push_back(make_loglik_request(request++, t, 64, "test"));
+    docs.push_back(doc);
+    tokens.push_back(toks);
+  }
+  ASSERT_GT(shared_context_length(docs[0]), 0u);
+  ASSERT_EQ(shared_context_length(docs[7]), 0u);
+  std::vector<McDocScores> first;
+  for (bool share : {true, false}) {
+    for (int batch : {1, 3}) {
+      McOptions o;
+      o.batch_size = batch;
+      o.share_context = share;
+      std::size_t reported = 0;
+      const auto got = score_mc_documents(*model_, docs, o,
+                                          [&](const std::vector<McDocScores>&, const std::vector<std::size_t>& m) {
+                                            reported += m.size();
+                                          });
+      EXPECT_EQ(reported, docs.size());
+      ASSERT_EQ(got.size(), docs.size());
+      for (std::size_t d = 0; d < docs.size(); ++d) {
+        EXPECT_EQ(got[d].index, docs[d].index);
+        ASSERT_EQ(got[d].choices.size(), tokens[d].size());
+        for (std::size_t c = 0; c < tokens[d].size(); ++c) {
+          const auto [ll, greedy] = naive(tokens[d][c]);
+          const auto& s = got[d].choices[c];
+          EXPECT_EQ(s.index, docs[d].requests[c].index);
+          EXPECT_EQ(s.num_tokens, static_cast<std::int64_t>(tokens[d][c].continuation.size()));
+          EXPECT_NEAR(s.loglikelihood, ll, 1e-4) << "doc " << d << " choice " << c << " share " << share << " batch " << batch;
+          EXPECT_LT(s.loglikelihood, 0.0);
+          EXPECT_EQ(s.is_greedy, greedy) << d << "/" << c;
+          if (first.size() == docs.size()) {
+            EXPECT_NEAR(s.loglikelihood, first[d].choices[c].loglikelihood, 1e-5) << d << "/" << c;
+          }
+        }
+      }
+      if (first.empty()) first = got;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace evalrun
