@@ -118,4 +118,42 @@ double mcnemar_exact_p(std::size_t b, std::size_t c) {
   return std::min(1.0, 2.0 * sum);
 }
 
+McPairedComparison compare_multiple_choice(const std::vector<McDecision>& ref, const std::vector<McDecision>& cand,
+                                           const std::vector<std::vector<double>>& ref_ll,
+                                           const std::vector<std::vector<double>>& cand_ll, const std::string& where) {
+  const std::size_t n = ref.size();
+  if (cand.size() != n || ref_ll.size() != n || cand_ll.size() != n || n == 0) {
+    throw InputError(where, "the runs score different documents (" + std::to_string(n) + " vs " +
+                                std::to_string(cand.size()) + ")");
+  }
+  McPairedComparison c;
+  c.n_documents = n;
+  std::size_t same = 0, same_norm = 0, request = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (ref_ll[i].size() != cand_ll[i].size()) {
+      throw InputError(where, "document " + std::to_string(i) + " has " + std::to_string(ref_ll[i].size()) +
+                                  " choices in the reference and " + std::to_string(cand_ll[i].size()) +
+                                  " in the candidate");
+    }
+    c.acc_ref_only += ref[i].acc && !cand[i].acc ? 1 : 0;
+    c.acc_cand_only += !ref[i].acc && cand[i].acc ? 1 : 0;
+    c.norm_ref_only += ref[i].acc_norm && !cand[i].acc_norm ? 1 : 0;
+    c.norm_cand_only += !ref[i].acc_norm && cand[i].acc_norm ? 1 : 0;
+    same += ref[i].pred == cand[i].pred ? 1 : 0;
+    same_norm += ref[i].pred_norm == cand[i].pred_norm ? 1 : 0;
+    for (std::size_t k = 0; k < ref_ll[i].size(); ++k, ++request) {
+      const double d = std::fabs(ref_ll[i][k] - cand_ll[i][k]);
+      if (d > c.loglik_max_abs_diff || std::isnan(d)) c.loglik_max_abs_diff = d, c.loglik_argmax_request = request;
+    }
+  }
+  const auto dn = static_cast<double>(n);
+  c.acc_delta = (static_cast<double>(c.acc_cand_only) - static_cast<double>(c.acc_ref_only)) / dn;
+  c.acc_norm_delta = (static_cast<double>(c.norm_cand_only) - static_cast<double>(c.norm_ref_only)) / dn;
+  c.acc_p = mcnemar_exact_p(c.acc_ref_only, c.acc_cand_only);
+  c.acc_norm_p = mcnemar_exact_p(c.norm_ref_only, c.norm_cand_only);
+  c.pred_agreement = static_cast<double>(same) / dn;
+  c.pred_norm_agreement = static_cast<double>(same_norm) / dn;
+  return c;
+}
+
 }  // namespace evalrun
