@@ -19,6 +19,23 @@ std::size_t shared_context_length(const McDocWork& doc) {
   return n;
 }
 
+McDocWork make_mc_work(std::uint64_t index, const TaskDocument& doc, std::uint64_t first_request, const Encode& encode,
+                       const Encode& encode_plain, std::int64_t prefix_id, std::int64_t max_length) {
+  if (doc.requests.empty()) throw InputError(doc.where, "the document has no choices to score");
+  McDocWork w;
+  w.index = index;
+  for (std::size_t i = 0; i < doc.requests.size(); ++i) {
+    const TaskRequestText& r = doc.requests[i];
+    if (r.context.empty() && prefix_id < 0) {
+      throw InputError(doc.where, "the context is empty and the tokenizer has neither a BOS nor an EOS token to use instead");
+    }
+    const LoglikTokens t = encode_loglik_pair(r.context, r.continuation, encode, encode_plain, prefix_id);
+    w.requests.push_back(make_loglik_request(first_request + i, t, max_length,
+                                             doc.where + " (choice " + std::to_string(i) + ")"));
+  }
+  return w;
+}
+
 namespace {
 
 void check_ids(const LoglikRequest& q, std::int64_t vocab) {

@@ -23,6 +23,7 @@
 #include "dist/serialize.hpp"
 #include "task/batch_done.hpp"
 #include "task/loglikelihood.hpp"
+#include "task/task_document.hpp"
 
 namespace evalrun {
 
@@ -52,6 +53,14 @@ struct McDocWork {
     return c;
   }
 };
+
+// The work item of `doc` (run position `index`): each request encoded as the loglikelihood task does
+// (encode_loglik_pair, make_loglik_request: trailing context spaces move to the continuation, left
+// truncation to max_length); request indices first_request, first_request + 1, ... InputError naming
+// doc.where for a document without requests, an empty context without a prefix token, an empty or
+// too long continuation.
+McDocWork make_mc_work(std::uint64_t index, const TaskDocument& doc, std::uint64_t first_request, const Encode& encode,
+                       const Encode& encode_plain, std::int64_t prefix_id, std::int64_t max_length);
 
 // One document's scores, one per choice (the journal and gather record).
 struct McDocScores {

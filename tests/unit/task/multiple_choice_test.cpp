@@ -6,15 +6,18 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <random>
 
 #include "common/errors.hpp"
 #include "fixtures/make_model.hpp"
+#include "fixtures/tiny_bpe.hpp"
 #include "model/llama.hpp"
 #include "task/generate_until.hpp"
 #include "test_util.hpp"
+#include "tokenizer/decoder_tokenizer.hpp"
 
 namespace evalrun {
 namespace {
@@ -95,6 +98,7 @@ class TinyLlamaMc : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new fs::path(testing::make_temp_dir("evalrun-mc"));
     make_llama_checkpoint(dir_->string(), "tiny-llama", 11, kVocab);
+    write_tiny_bpe_tokenizer(dir_->string(), static_cast<int>(kVocab));
     model_ = LlamaModel::load({dir_->string(), DType::fp32, Device::cpu}).release();
   }
   static void TearDownTestSuite() {
@@ -199,6 +203,42 @@ TEST_F(TinyLlamaMc, SharedAndSeparateContextsEqualANaiveForwardPerRequest) {
       }
       if (first.empty()) first = got;
     }
+  }
+}
+
+// A document as the task-file reader gives it: its choices encoded as lm-eval encodes them share the
+// context's tokens, so the shared path runs, and the decisions follow the scores.
+TEST_F(TinyLlamaMc, TextDocumentEncodesToASharedContextAndScoresAsEachRequestAlone) {
+  const auto tok = DecoderTokenizer::from_dir(dir_->string());
+  const Encode enc = [&](std::string_view s) { return tok.encode(s); };
+  const Encode plain = [&](std::string_view s) { return tok.encode_without_bos(s); };
+  TaskDocument doc;
+  doc.where = "tiny.jsonl:1";
+  doc.choices = {"the mat", "a dog", "on the cat sat"};
+  doc.gold = 0;
+  for (const auto& c : doc.choices) doc.requests.push_back({"the cat sat on ", " " + c});
+  const McDocWork w = make_mc_work(3, doc, 30, enc, plain, tok.bos_id(), 64);
+  ASSERT_EQ(w.requests.size(), 3u);
+  EXPECT_EQ(w.requests[2].index, 32u);
+  EXPECT_EQ(shared_context_length(w), tok.encode("the cat sat on").size());
+  McOptions shared, alone;
+  alone.share_context = false;
+  const auto a = score_mc_documents(*model_, {w}, shared), b = score_mc_documents(*model_, {w}, alone);
+  std::vector<double> ll;
+  for (std::size_t c = 0; c < 3; ++c) {
+    EXPECT_NEAR(a[0].choices[c].loglikelihood, b[0].choices[c].loglikelihood, 1e-5) << c;
+    ll.push_back(a[0].choices[c].loglikelihood);
+  }
+  const auto d = decide_multiple_choice(ll, doc.choices, doc.gold, doc.where);
+  EXPECT_EQ(d.pred, static_cast<std::int64_t>(std::max_element(ll.begin(), ll.end()) - ll.begin()));
+  EXPECT_EQ(d.acc, d.pred == 0);
+  // a too long choice names the document
+  doc.requests[1].continuation = std::string(400, 'x');
+  try {
+    make_mc_work(0, doc, 0, enc, plain, tok.bos_id(), 16);
+    FAIL() << "a continuation longer than the model must be refused";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("tiny.jsonl:1 (choice 1)"), std::string::npos) << e.what();
   }
 }
 
