@@ -812,7 +812,8 @@ ModelDims dims_from(const LlamaConfig& c, const std::string& path) {
           .head_dim = c.head_dim,
           .vocab = c.vocab_size,
           .max_positions = c.max_position_embeddings,
-          .rotary = !c.learned_positions};
+          .rotary = !c.learned_positions,
+          .sliding_window = c.sliding_window};
 }
 }  // namespace
 

@@ -179,16 +179,49 @@ std::vector<McDocScores> score_mc_documents(CausalLM& model, const std::vector<M
     if (options.progress) options.progress(done, docs.size(), seconds);
   };
 
+  // A sliding window counts cache slots, and a shared-context row leaves gaps (context padding, the
+  // earlier choices): only a batch whose cache fits in the window (where the window cuts nothing, in
+  // either layout) may share; a document that cannot fit alone is scored per request.
+  const std::int64_t window = model.dims().sliding_window;
+  const auto fits = [&](std::int64_t capacity) { return window <= 0 || capacity <= window + 1; };
+  struct Extent {  // the cache a set of documents needs: the longest context + per step the longest choice
+    std::int64_t context = 0;
+    std::vector<std::int64_t> steps;
+    void add(const McDocWork& d) {
+      context = std::max<std::int64_t>(context, static_cast<std::int64_t>(shared_context_length(d)));
+      if (steps.size() < d.requests.size()) steps.resize(d.requests.size(), 0);
+      for (std::size_t k = 0; k < d.requests.size(); ++k)
+        steps[k] = std::max<std::int64_t>(steps[k], static_cast<std::int64_t>(d.requests[k].target.size()) - 1);
+    }
+    std::int64_t capacity() const {
+      std::int64_t c = context;
+      for (auto s : steps) c += s;
+      return c;
+    }
+  };
   std::vector<std::size_t> shared, separate;
-  for (std::size_t i = 0; i < docs.size(); ++i)
-    (options.share_context && shared_context_length(docs[i]) > 0 ? shared : separate).push_back(i);
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    Extent alone;
+    alone.add(docs[i]);
+    const bool share = options.share_context && shared_context_length(docs[i]) > 0 && fits(alone.capacity());
+    (share ? shared : separate).push_back(i);
+  }
 
-  // Shared contexts: longest documents first, batch_size documents a batch.
+  // Shared contexts: longest documents first, up to batch_size documents a batch (fewer where the
+  // batch would outgrow a sliding window).
   std::stable_sort(shared.begin(), shared.end(),
                    [&](std::size_t a, std::size_t b) { return docs[a].cost() > docs[b].cost(); });
-  for (std::size_t i = 0; i < shared.size(); i += B) {
-    const std::vector<std::size_t> rows(shared.begin() + static_cast<std::ptrdiff_t>(i),
-                                        shared.begin() + static_cast<std::ptrdiff_t>(std::min(shared.size(), i + B)));
+  for (std::size_t i = 0; i < shared.size();) {
+    std::vector<std::size_t> rows = {shared[i++]};
+    Extent extent;
+    extent.add(docs[rows.front()]);
+    while (i < shared.size() && rows.size() < B) {
+      Extent more = extent;
+      more.add(docs[shared[i]]);
+      if (!fits(more.capacity())) break;
+      extent = std::move(more);
+      rows.push_back(shared[i++]);
+    }
     const double before = seconds;
     score_shared_batch(model, docs, rows, options.pad_id, out, seconds);
     std::size_t n = 0;

@@ -11,7 +11,9 @@
 // continuation is appended to that cache with the keys of the earlier choices masked out and its own
 // positions (context length + k), so every choice sees exactly the keys and positions of its own
 // per-request forward. Documents whose requests do not share one untruncated context (partial scoring
-// as Winogrande, a left-truncated request) are scored per request.
+// as Winogrande, a left-truncated request), or whose cache would not fit in the model's sliding
+// window (ModelDims::sliding_window counts cache slots, and the shared layout leaves gaps), are
+// scored per request.
 #pragma once
 
 #include <cstdint>

@@ -8,13 +8,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <random>
 
 #include "common/errors.hpp"
 #include "fixtures/make_model.hpp"
 #include "fixtures/tiny_bpe.hpp"
+#include "io/hdf5_file.hpp"
 #include "model/llama.hpp"
+#include "model/registry.hpp"
 #include "task/generate_until.hpp"
 #include "test_util.hpp"
 #include "tokenizer/decoder_tokenizer.hpp"
@@ -239,6 +242,76 @@ TEST_F(TinyLlamaMc, TextDocumentEncodesToASharedContextAndScoresAsEachRequestAlo
     FAIL() << "a continuation longer than the model must be refused";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("tiny.jsonl:1 (choice 1)"), std::string::npos) << e.what();
+  }
+}
+
+// log_softmax(row)[token] in double.
+double log_softmax_at(const float* row, std::int64_t vocab, std::int64_t token) {
+  double mx = row[0], sum = 0;
+  for (std::int64_t v = 1; v < vocab; ++v) mx = std::max<double>(mx, row[v]);
+  for (std::int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
+  return static_cast<double>(row[token]) - mx - std::log(sum);
+}
+
+// One document per prompt of the oracle's reference.h5, context = the prompt's first half, choices
+// (a) its second half, (b) its second half + the first 8 greedy tokens, (c) the first token of the
+// second half: transformers' prompt_logits and step_logits give each choice's log-likelihood. Scored
+// with the shared context, 2 documents a batch. Returns the largest |difference|.
+double shared_context_vs_transformers(const std::string& fixture) {
+  const auto model = load_causal_lm({fixture});
+  H5Reader ref(fixture + "/reference.h5");
+  const std::int64_t vocab = model->vocab_size();
+  std::vector<McDocWork> docs;
+  std::vector<std::vector<double>> expected;
+  std::uint64_t request = 0;
+  for (const auto& id : ref.read_strings("/ids")) {
+    const std::string g = "/samples/" + id;
+    const Ids ids = ref.read_i64(g + "/input_ids");
+    const auto prompt_logits = ref.read_f32(g + "/prompt_logits");
+    const Ids generated = ref.read_i64(g + "/generated_ids");
+    const auto step_logits = ref.read_f32(g + "/step_logits");
+    const std::size_t half = ids.size() / 2;
+    const Ids context(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(half));
+    const Ids rest(ids.begin() + static_cast<std::ptrdiff_t>(half), ids.end());
+    double ll_rest = 0;
+    for (std::size_t k = half; k < ids.size(); ++k)
+      ll_rest += log_softmax_at(prompt_logits.data() + (k - 1) * static_cast<std::size_t>(vocab), vocab, ids[k]);
+    double ll_greedy = 0;
+    for (std::size_t k = 0; k < 8; ++k)
+      ll_greedy += log_softmax_at(step_logits.data() + k * static_cast<std::size_t>(vocab), vocab, generated[k]);
+    const double ll_first =
+        log_softmax_at(prompt_logits.data() + (half - 1) * static_cast<std::size_t>(vocab), vocab, ids[half]);
+    Ids longer = rest;
+    longer.insert(longer.end(), generated.begin(), generated.begin() + 8);
+    McDocWork w;
+    w.index = docs.size();
+    for (const Ids* cont : {&rest, static_cast<const Ids*>(&longer)}) w.requests.push_back(make_loglik_request(request++, {context, *cont}, 4096, id));
+    w.requests.push_back(make_loglik_request(request++, {context, {ids[half]}}, 4096, id));
+    EXPECT_EQ(shared_context_length(w), half) << fixture << " " << id;
+    docs.push_back(w);
+    expected.push_back({ll_rest, ll_rest + ll_greedy, ll_first});
+  }
+  EXPECT_GE(docs.size(), 2u) << fixture;
+  McOptions o;
+  o.batch_size = 2;
+  const auto got = score_mc_documents(*model, docs, o);
+  double worst = 0;
+  for (std::size_t d = 0; d < docs.size(); ++d)
+    for (std::size_t c = 0; c < 3; ++c) {
+      const auto& s = got[d].choices[c];
+      // as the loglikelihood oracle test: ~2e-5 per token from float32 logits within ~1e-5
+      EXPECT_NEAR(s.loglikelihood, expected[d][c], 2e-5 * static_cast<double>(s.num_tokens))
+          << fixture << " document " << d << " choice " << c;
+      worst = std::max(worst, std::fabs(s.loglikelihood - expected[d][c]));
+    }
+  return worst;
+}
+
+TEST(McOracle, SharedContextMatchesTransformersLogits) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  for (const char* fixture : {"mistral", "qwen2", "gemma", "granite", "gpt2", "starcoder2"}) {
+    const double worst = shared_context_vs_transformers(data + "/oracle/" + fixture);
+    std::printf("multiple_choice shared context vs transformers, %s: max |diff| %.3g\n", fixture, worst);
   }
 }
 
