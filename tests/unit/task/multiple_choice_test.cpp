@@ -95,6 +95,33 @@ TEST(McShared, ContextLengthOnlyForOneUntruncatedContext) {
   EXPECT_EQ(shared_context_length(d), 0u);  // the first is left-truncated
 }
 
+// log p(continuation | context) from one unpadded forward of context + continuation, log_softmax by
+// hand in double; greedy when each token is its row's first maximum. Independent of the task code.
+std::pair<double, bool> naive_loglik(CausalLM& model, const LoglikTokens& t) {
+  const std::int64_t vocab = model.vocab_size();
+  Ids all = t.context;
+  all.insert(all.end(), t.continuation.begin(), t.continuation.end());
+  const auto len = static_cast<std::int64_t>(all.size()) - 1;  // the last token is only predicted
+  Ids pos(static_cast<std::size_t>(len)), mask(pos.size(), 1);
+  for (std::int64_t k = 0; k < len; ++k) pos[static_cast<std::size_t>(k)] = k;
+  auto cache = model.new_cache(1, len);
+  std::vector<float> logits;
+  model.forward(all.data(), pos.data(), mask.data(), 1, len, *cache, true, logits);
+  double ll = 0;
+  bool greedy = true;
+  for (std::size_t k = t.context.size(); k < all.size(); ++k) {
+    const float* row = logits.data() + static_cast<std::int64_t>(k - 1) * vocab;
+    std::int64_t best = 0;
+    for (std::int64_t v = 1; v < vocab; ++v)
+      if (row[v] > row[best]) best = v;
+    double sum = 0;
+    for (std::int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(row[v]) - row[best]);
+    ll += static_cast<double>(row[all[k]]) - row[best] - std::log(sum);
+    greedy = greedy && best == all[k];
+  }
+  return {ll, greedy};
+}
+
 class TinyLlamaMc : public ::testing::Test {
  protected:
   static constexpr std::int64_t kVocab = 300;
@@ -110,31 +137,7 @@ class TinyLlamaMc : public ::testing::Test {
     delete dir_;
   }
 
-  // log p(continuation | context) from one unpadded forward of context + continuation, log_softmax
-  // by hand in double; greedy when each token is its row's first maximum.
-  static std::pair<double, bool> naive(const LoglikTokens& t) {
-    Ids all = t.context;
-    all.insert(all.end(), t.continuation.begin(), t.continuation.end());
-    const auto len = static_cast<std::int64_t>(all.size()) - 1;  // the last token is only predicted
-    Ids pos(static_cast<std::size_t>(len)), mask(pos.size(), 1);
-    for (std::int64_t k = 0; k < len; ++k) pos[static_cast<std::size_t>(k)] = k;
-    auto cache = model_->new_cache(1, len);
-    std::vector<float> logits;
-    model_->forward(all.data(), pos.data(), mask.data(), 1, len, *cache, true, logits);
-    double ll = 0;
-    bool greedy = true;
-    for (std::size_t k = t.context.size(); k < all.size(); ++k) {
-      const float* row = logits.data() + static_cast<std::int64_t>(k - 1) * kVocab;
-      std::int64_t best = 0;
-      for (std::int64_t v = 1; v < kVocab; ++v)
-        if (row[v] > row[best]) best = v;
-      double sum = 0;
-      for (std::int64_t v = 0; v < kVocab; ++v) sum += std::exp(static_cast<double>(row[v]) - row[best]);
-      ll += static_cast<double>(row[all[k]]) - row[best] - std::log(sum);
-      greedy = greedy && best == all[k];
-    }
-    return {ll, greedy};
-  }
+  static std::pair<double, bool> naive(const LoglikTokens& t) { return naive_loglik(*model_, t); }
 
   static inline fs::path* dir_ = nullptr;
   static inline LlamaModel* model_ = nullptr;
@@ -243,6 +246,51 @@ TEST_F(TinyLlamaMc, TextDocumentEncodesToASharedContextAndScoresAsEachRequestAlo
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("tiny.jsonl:1 (choice 1)"), std::string::npos) << e.what();
   }
+}
+
+// tiny-mistral's sliding window of 8: documents around the window (cache 4..14 slots) and batches that
+// would outgrow it; every score must still equal the naive forward (which applies the window by
+// position), with the shared context on and off, batch 1 and 4.
+TEST(McWindow, SlidingWindowModelScoresEqualTheNaiveForward) {
+  const fs::path dir = testing::make_temp_dir("evalrun-mc-mistral");
+  make_llama_checkpoint(dir.string(), "tiny-mistral", 3, 300);
+  const auto model = load_causal_lm({dir.string()});
+  ASSERT_EQ(model->dims().sliding_window, 8);
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<std::int64_t> id(3, 299);
+  std::vector<McDocWork> docs;
+  std::vector<std::vector<LoglikTokens>> tokens;
+  std::uint64_t request = 0;
+  for (std::uint64_t d = 0; d < 9; ++d) {
+    McDocWork w;
+    w.index = d;
+    Ids context = {1};
+    for (std::uint64_t k = 0; k < 2 + d % 5; ++k) context.push_back(id(rng));  // 3..7 tokens
+    std::vector<LoglikTokens> toks;
+    for (std::uint64_t c = 0; c < 2 + d % 3; ++c) {
+      LoglikTokens t{context, {}};
+      for (std::uint64_t k = 0; k < 1 + (d + c) % 4; ++k) t.continuation.push_back(id(rng));
+      w.requests.push_back(make_loglik_request(request++, t, 64, "test"));
+      toks.push_back(t);
+    }
+    docs.push_back(w);
+    tokens.push_back(toks);
+  }
+  for (bool share : {true, false})
+    for (int batch : {1, 4}) {
+      McOptions o;
+      o.batch_size = batch;
+      o.share_context = share;
+      const auto got = score_mc_documents(*model, docs, o);
+      for (std::size_t d = 0; d < docs.size(); ++d)
+        for (std::size_t c = 0; c < tokens[d].size(); ++c) {
+          const auto [ll, greedy] = naive_loglik(*model, tokens[d][c]);
+          EXPECT_NEAR(got[d].choices[c].loglikelihood, ll, 1e-4)
+              << "doc " << d << " choice " << c << " share " << share << " batch " << batch;
+          EXPECT_EQ(got[d].choices[c].is_greedy, greedy);
+        }
+    }
+  fs::remove_all(dir);
 }
 
 // log_softmax(row)[token] in double.
