@@ -47,6 +47,24 @@ void check_ids(const LoglikRequest& q, std::int64_t vocab) {
       }
 }
 
+// The cache a set of shared-context documents needs: the longest context, then per step k the
+// longest choice k (its target[:-1], the tokens appended).
+struct Extent {
+  std::int64_t context = 0;
+  std::vector<std::int64_t> steps;
+  void add(const McDocWork& d) {
+    context = std::max<std::int64_t>(context, static_cast<std::int64_t>(shared_context_length(d)));
+    if (steps.size() < d.requests.size()) steps.resize(d.requests.size(), 0);
+    for (std::size_t k = 0; k < d.requests.size(); ++k)
+      steps[k] = std::max<std::int64_t>(steps[k], static_cast<std::int64_t>(d.requests[k].target.size()) - 1);
+  }
+  std::int64_t capacity() const {
+    std::int64_t c = context;
+    for (auto s : steps) c += s;
+    return c;
+  }
+};
+
 // The documents `rows` (positions in docs, each with a shared context) in one batch: the contexts
 // right-padded in one forward, then step k appends every document's choice k (its target[:-1]) with
 // the keys of steps < k masked out, at positions context_length + t.
@@ -55,20 +73,14 @@ void score_shared_batch(CausalLM& model, const std::vector<McDocWork>& docs, con
   const std::int64_t vocab = model.vocab_size();
   const auto B = static_cast<std::int64_t>(rows.size());
   std::vector<std::int64_t> ctx_len(rows.size());
-  std::int64_t Lc = 0, steps = 0, capacity = 0;
+  Extent extent;
   for (std::size_t r = 0; r < rows.size(); ++r) {
     ctx_len[r] = static_cast<std::int64_t>(shared_context_length(docs[rows[r]]));
-    Lc = std::max(Lc, ctx_len[r]);
-    steps = std::max<std::int64_t>(steps, static_cast<std::int64_t>(docs[rows[r]].requests.size()));
+    extent.add(docs[rows[r]]);
   }
-  std::vector<std::int64_t> step_len(static_cast<std::size_t>(steps), 0);  // longest target[:-1] of step k
-  for (std::size_t r = 0; r < rows.size(); ++r) {
-    const auto& reqs = docs[rows[r]].requests;
-    for (std::size_t k = 0; k < reqs.size(); ++k)
-      step_len[k] = std::max<std::int64_t>(step_len[k], static_cast<std::int64_t>(reqs[k].target.size()) - 1);
-  }
-  capacity = Lc;
-  for (auto s : step_len) capacity += s;
+  const std::int64_t Lc = extent.context, capacity = extent.capacity();
+  const std::vector<std::int64_t>& step_len = extent.steps;  // per step k the longest target[:-1]
+  const auto steps = static_cast<std::int64_t>(step_len.size());
 
   // The key mask of everything in the cache so far, [B, capacity] (only the first `filled` columns used).
   std::vector<std::int64_t> keys(static_cast<std::size_t>(B * capacity), 0);
@@ -184,21 +196,6 @@ std::vector<McDocScores> score_mc_documents(CausalLM& model, const std::vector<M
   // either layout) may share; a document that cannot fit alone is scored per request.
   const std::int64_t window = model.dims().sliding_window;
   const auto fits = [&](std::int64_t capacity) { return window <= 0 || capacity <= window + 1; };
-  struct Extent {  // the cache a set of documents needs: the longest context + per step the longest choice
-    std::int64_t context = 0;
-    std::vector<std::int64_t> steps;
-    void add(const McDocWork& d) {
-      context = std::max<std::int64_t>(context, static_cast<std::int64_t>(shared_context_length(d)));
-      if (steps.size() < d.requests.size()) steps.resize(d.requests.size(), 0);
-      for (std::size_t k = 0; k < d.requests.size(); ++k)
-        steps[k] = std::max<std::int64_t>(steps[k], static_cast<std::int64_t>(d.requests[k].target.size()) - 1);
-    }
-    std::int64_t capacity() const {
-      std::int64_t c = context;
-      for (auto s : steps) c += s;
-      return c;
-    }
-  };
   std::vector<std::size_t> shared, separate;
   for (std::size_t i = 0; i < docs.size(); ++i) {
     Extent alone;
