@@ -115,10 +115,12 @@ const Tensor& bias_of(const quant::LinearPtr& layer) { return quant::as_dense(*l
 // 1 / theta^(arange(0, d, 2) / d), then for rope_type llama3 the wavelength-based smoothing of
 // _compute_llama3_parameters: wavelengths above original_max / low_freq_factor are slowed down by
 // `factor`, those below original_max / high_freq_factor are kept, the ones in between interpolated.
+Tensor rope_exponent(std::int64_t d) {
+  return torch::arange(0, d, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(d);
+}
+
 Tensor rope_inv_freq(const LlamaConfig& c) {
-  const std::int64_t d = c.head_dim;
-  Tensor exponent = torch::arange(0, d, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(d);
-  Tensor inv_freq = torch::pow(c.rope_theta, exponent).reciprocal();
+  Tensor inv_freq = torch::pow(c.rope_theta, rope_exponent(c.head_dim)).reciprocal();
   if (c.rope_type != "llama3") return inv_freq;
   const double factor = c.rope_factor, low = c.rope_low_freq_factor, high = c.rope_high_freq_factor;
   const double old_len = static_cast<double>(c.rope_original_max_position_embeddings);
@@ -130,6 +132,18 @@ Tensor rope_inv_freq(const LlamaConfig& c) {
   Tensor smoothed = (1 - smooth) * scaled / factor + smooth * scaled;
   Tensor medium = torch::logical_not(wavelen < high_freq_wavelen).logical_and(torch::logical_not(wavelen > low_freq_wavelen));
   return torch::where(medium, smoothed, scaled).contiguous();
+}
+
+// Dynamic NTK scaling (transformers 4.39's LlamaDynamicNTKScalingRotaryEmbedding) for a forward
+// call reaching length n = max position + 1 > max_position_embeddings: the base becomes
+// theta * (factor * n / max_pos - (factor - 1))^(d / (d - 2)), computed in float32 tensor arithmetic
+// as transformers does (n is an int64 tensor there, so the whole expression is float32).
+Tensor dynamic_ntk_inv_freq(const LlamaConfig& c, std::int64_t n) {
+  const std::int64_t d = c.head_dim;
+  Tensor len = torch::scalar_tensor(n, torch::kInt64);
+  Tensor ratio = len * c.rope_factor / c.max_position_embeddings - (c.rope_factor - 1);
+  Tensor base = ratio.pow(static_cast<double>(d) / static_cast<double>(d - 2)) * c.rope_theta;
+  return torch::pow(base, rope_exponent(d)).reciprocal().contiguous();
 }
 
 // Checkpoint prefixes of layer i's tensors (gate empty for a plain MLP, q/k/v empty when fused in qkv).
@@ -259,13 +273,36 @@ struct LlamaModel::Impl : model::Weights {
     }
   }
 
-  // cos / sin [M, d/2] float32 for the given positions (HF: float32 angle = inv_freq * position).
-  void rope_tables(const std::int64_t* positions, std::int64_t M, float*& cos, float*& sin) {
-    const std::int64_t half = cfg.head_dim / 2;
+  // Linear rope scaling divides the positions by its factor.
+  float position_divisor() const { return cfg.rope_type == "linear" ? static_cast<float>(cfg.rope_factor) : 1.0f; }
+
+  // The inverse frequencies each row of a forward call rotates its new q / k with, float32
+  // [batch, d/2]: inv_freq, except under dynamic NTK scaling for a row whose positions reach past
+  // max_position_embeddings. transformers takes the length from the whole call (the largest
+  // position in the batch); here each row uses its own, which is transformers' result for that row
+  // alone, so a row's result does not depend on what it is batched with (or on the world size).
+  // Cached keys keep the frequencies they were rotated with, as in transformers.
+  Tensor row_inv_freq(const std::int64_t* positions, std::int64_t batch, std::int64_t seq) const {
+    Tensor rows = inv_freq.unsqueeze(0).repeat({batch, 1});
+    if (cfg.rope_type != "dynamic") return rows;
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const std::int64_t n = *std::max_element(positions + b * seq, positions + (b + 1) * seq) + 1;
+      if (n > cfg.max_position_embeddings) rows[b].copy_(dynamic_ntk_inv_freq(cfg, n));
+    }
+    return rows;
+  }
+
+  // cos / sin [batch * seq, d/2] float32 for the given positions (HF: float32 angle = inv_freq * position).
+  void rope_tables(const std::int64_t* positions, std::int64_t batch, std::int64_t seq, float*& cos, float*& sin) {
+    const std::int64_t half = cfg.head_dim / 2, M = batch * seq;
     Tensor t = buf_rope.get({2, M, half}, torch::kFloat32);
     cos = t.data_ptr<float>();
     sin = cos + M * half;
-    ops::rope_angles(inv_freq.data_ptr<float>(), half, positions, M, cos, sin);
+    const Tensor freqs = row_inv_freq(positions, batch, seq);
+    for (std::int64_t b = 0; b < batch; ++b) {
+      ops::rope_angles(freqs.data_ptr<float>() + b * half, half, positions + b * seq, seq, cos + b * seq * half,
+                       sin + b * seq * half, position_divisor());
+    }
   }
 
   // ---- float32 + sgemm path ------------------------------------------------------------------
@@ -335,7 +372,7 @@ struct LlamaModel::Impl : model::Weights {
 
     float *cos = nullptr, *sin = nullptr;
     const bool rope = !c.learned_positions;
-    if (rope) rope_tables(positions, M, cos, sin);
+    if (rope) rope_tables(positions, batch, seq, cos, sin);
     float* a = buf_a.get({M, H}, torch::kFloat32).data_ptr<float>();
     float* qkv = buf_qkv.get({M, W}, torch::kFloat32).data_ptr<float>();
     float* ctx = buf_ctx.get({M, qw}, torch::kFloat32).data_ptr<float>();
@@ -494,7 +531,8 @@ struct LlamaModel::Impl : model::Weights {
 
     Tensor cos, sin;
     if (!c.learned_positions) {
-      Tensor freqs = pos.to(torch::kFloat32).unsqueeze(-1) * inv_freq.view({1, 1, -1});  // [B, L, d/2]
+      Tensor freqs = (pos.to(torch::kFloat32) / position_divisor()).unsqueeze(-1) *
+                     row_inv_freq(positions, batch, seq).unsqueeze(1);  // [B, L, d/2]
       Tensor emb = torch::cat({freqs, freqs}, -1).unsqueeze(1);                        // [B, 1, L, d]
       cos = emb.cos().to(st);
       sin = emb.sin().to(st);
