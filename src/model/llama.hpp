@@ -123,6 +123,15 @@ class LlamaModel : public CausalLM {
   std::vector<std::vector<float>> hidden_states(const std::int64_t* ids, std::int64_t batch,
                                                 std::int64_t seq) override;
 
+  // Mixtral: the tokens forward() routed to each expert so far, [layer][expert] (real tokens only, not
+  // padding; each counted once per expert it went to: a layer sums to tokens x num_experts_per_tok).
+  // Empty for a dense model or before the first forward call.
+  const std::vector<std::vector<std::int64_t>>& expert_load() const;
+  // expert_load() at debug level (-v), one line per layer, e.g. "layer 0 experts load: 12 9 15 12";
+  // per rank (data-parallel ranks count their own shard; of a tensor-parallel group only its first
+  // rank logs, the others route the same tokens). The destructor calls it: the end of the run.
+  void log_expert_load() const;
+
   struct Impl;
 
  protected:

@@ -1,7 +1,8 @@
 // Llama / Granite on checkpoints the project makes itself (no shared data needed): make_model round
 // trip, agreement with a naive float64 re-implementation of transformers' forward (Llama, Granite with
-// each multiplier, llama3, linear and dynamic RoPE scaling), cached decoding versus full recomputation, left padding,
-// the torch fallback path, bf16 / fp16, and the loader's and config's error messages.
+// each multiplier, llama3, linear and dynamic RoPE scaling), cached decoding versus full
+// recomputation, left padding, the torch fallback path, bf16 / fp16, Mixtral's expert load, and the
+// loader's and config's error messages.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -479,6 +480,55 @@ TEST_F(TinyLlama, DynamicRopeScalingRecomputesPerCall) {
   }
   // Each row of a batch takes its length from its own positions (transformers' result for the row alone).
   expect_batch_matches_rows_alone(dir, {sequence(30, 1), sequence(5, 2), sequence(18, 3)}, 6);
+}
+
+// Mixtral's expert load (what -v logs at the end of a run): every real token fed through forward counts
+// once for each of the num_experts_per_tok experts it is routed to, padding rows not at all, so a
+// left-padded batch counts what its rows count alone; hidden_states (calibration) counts nothing.
+TEST_F(TinyLlama, MixtralExpertLoadCountsRealTokensPerLayer) {
+  const std::string dir = (*root_ / "mixtral").string();
+  make_llama_checkpoint(dir, "tiny-mixtral", 11, kVocab);
+  const std::vector<std::vector<std::int64_t>> prompts = {sequence(3, 1), sequence(11, 2), sequence(7, 3)};
+  const int steps = 5;
+  using Load = std::vector<std::vector<std::int64_t>>;
+  auto run = [&](const std::vector<std::vector<std::int64_t>>& ps, bool fast) {
+    ops::set_onednn_sgemm_enabled(fast);
+    auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+    ops::set_onednn_sgemm_enabled(true);
+    EXPECT_TRUE(model->expert_load().empty());
+    testing::generate(*model, ps, steps);
+    const Load load = model->expert_load();
+    const auto ids = sequence(9, 7);
+    model->hidden_states(ids.data(), 1, 9);
+    EXPECT_EQ(model->expert_load(), load);
+    model->log_expert_load();
+    return load;
+  };
+  const Load batched = run(prompts, true);
+  const std::int64_t K = 2, E = 4;
+  std::int64_t tokens = 0;  // the prompts, then one token per row and step but the last
+  for (const auto& p : prompts) tokens += static_cast<std::int64_t>(p.size()) + steps - 1;
+  ASSERT_EQ(batched.size(), 2u);
+  for (const auto& layer : batched) {
+    ASSERT_EQ(static_cast<std::int64_t>(layer.size()), E);
+    std::int64_t sum = 0, used = 0;
+    for (std::int64_t n : layer) {
+      EXPECT_LE(n, tokens);  // a token goes to k different experts
+      sum += n;
+      used += n > 0;
+    }
+    EXPECT_EQ(sum, tokens * K);
+    EXPECT_GE(used, 3);
+  }
+  Load alone(2, std::vector<std::int64_t>(E, 0));
+  for (const auto& p : prompts) {
+    const Load one = run({p}, true);
+    for (std::size_t l = 0; l < one.size(); ++l) {
+      for (std::int64_t e = 0; e < E; ++e) alone[l][e] += one[l][e];
+    }
+  }
+  EXPECT_EQ(batched, alone);
+  EXPECT_EQ(run(prompts, false), batched);  // the torch path routes and counts the same
 }
 
 TEST_F(TinyLlama, Bf16AndFp16CloseToFp32) {
