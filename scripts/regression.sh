@@ -25,6 +25,11 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 [ -f demo/tiny-roberta-qa/model.safetensors ] || "$bin" make-model --head qa --preset tiny --seed 1 --out demo/tiny-roberta-qa
 [ -f demo/tiny-roberta-mlm/model.safetensors ] || "$bin" make-model --head mlm --preset tiny --seed 1 --out demo/tiny-roberta-mlm
 [ -f demo/tiny-llama/model.safetensors ] || "$bin" make-model --preset tiny-llama --seed 1 --out demo/tiny-llama
+# One tiny model per further family of jobs/ci.toml (fixed seeds too; the demo itself does not use them).
+for family in mistral qwen2 mixtral gemma starcoder2 gpt-bigcode gpt2; do
+  [ -f "demo/tiny-$family/model.safetensors" ] || "$bin" make-model --preset "tiny-$family" --seed 1 --out "demo/tiny-$family"
+done
+[ -f demo/tiny-bert-qa/model.safetensors ] || "$bin" make-model --head qa --preset tiny-bert --seed 1 --out demo/tiny-bert-qa
 
 jobs=(jobs/ci.toml)
 if [ -n "${EVALRUN_DATA_DIR:-}" ]; then
