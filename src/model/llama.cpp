@@ -112,14 +112,16 @@ const Tensor& weight_of(const quant::LinearPtr& layer) { return quant::as_dense(
 // Its bias (undefined when it has none: Qwen2's q|k|v has one).
 const Tensor& bias_of(const quant::LinearPtr& layer) { return quant::as_dense(*layer).bias(); }
 
-// RoPE inverse frequencies as transformers computes them, in float32 tensor arithmetic:
-// 1 / theta^(arange(0, d, 2) / d), then for rope_type llama3 the wavelength-based smoothing of
-// _compute_llama3_parameters: wavelengths above original_max / low_freq_factor are slowed down by
-// `factor`, those below original_max / high_freq_factor are kept, the ones in between interpolated.
+// arange(0, d, 2) / d in float32: the exponents of theta in the RoPE inverse frequencies.
 Tensor rope_exponent(std::int64_t d) {
   return torch::arange(0, d, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(d);
 }
 
+// RoPE inverse frequencies as transformers computes them, in float32 tensor arithmetic:
+// 1 / theta^(arange(0, d, 2) / d), then for rope_type llama3 the wavelength-based smoothing of
+// _compute_llama3_parameters: wavelengths above original_max / low_freq_factor are slowed down by
+// `factor`, those below original_max / high_freq_factor are kept, the ones in between interpolated.
+// (linear and dynamic scaling keep these and act per forward call: position_divisor, row_inv_freq.)
 Tensor rope_inv_freq(const LlamaConfig& c) {
   Tensor inv_freq = torch::pow(c.rope_theta, rope_exponent(c.head_dim)).reciprocal();
   if (c.rope_type != "llama3") return inv_freq;
