@@ -1,7 +1,8 @@
 // Prefill and greedy-decode speed of the llama-110m preset (hidden 768, 12 layers, GQA 12/4, vocab
 // 32000), against the memory-bandwidth bound of decoding: a batch-1 step has to read every weight
 // once, so it cannot take less than weight bytes / memory bandwidth.
-//   llama_decode_bench [threads=2] [prompt=128] [new=64] [checkpoint dir] [variants=fp32,bf16,gptq]
+//   llama_decode_bench [threads=2] [prompt=128] [new=64] [checkpoint dir] [variants=fp32,bf16,gptq,families]
+//                      [family presets=real]
 // Without a directory the preset is written once to $TMPDIR/evalrun-bench-llama-110m (seed 0) and
 // reused. Bandwidth: memcpy of a 512 MiB buffer (far larger than any cache) split over the threads,
 // counted as bytes read + bytes written per second (STREAM's "copy" convention, the larger of the
@@ -15,6 +16,12 @@
 // whole model's weights (embedding and lm_head stay float32), printed as ratios. Variant fp8 (not in
 // the default list): the same weights as FP8 e4m3, per-channel scales, dynamic activations (emulated:
 // tiles dequantized to float32).
+// Variant families: one row per decoder preset (the make-model presets of every family), fp32 batch 1:
+// decode tokens/s and the share of the same bandwidth bound, the bytes a step reads being every
+// projection once (of a mixture-of-experts layer only the num_experts_per_tok routed experts, k / E
+// of them), the final norm and lm_head. Which presets: "real" (the default: the real-shape ones, the
+// presets not named tiny-*), "tiny" (every tiny-* preset, to check the rows quickly) or a list
+// (tiny-mistral,llama-110m). Each is written once to $TMPDIR/evalrun-bench-<preset> (seed 0).
 // With EVALRUN_DATA_DIR set it also times stories260K (200 new tokens after "Once upon a time").
 #include <ATen/Parallel.h>
 #include <sys/resource.h>
@@ -106,6 +113,48 @@ Timing run(evalrun::LlamaModel& model, std::int64_t batch, std::int64_t prompt, 
   return best;
 }
 
+// The presets the families rows run: "real", "tiny" or a comma-separated list of preset names.
+std::vector<std::string> family_presets(const std::string& which) {
+  std::vector<std::string> out;
+  if (which == "real" || which == "tiny") {
+    for (const auto& p : evalrun::llama_presets()) {
+      if ((p.rfind("tiny-", 0) == 0) == (which == "tiny")) out.push_back(p);
+    }
+    return out;
+  }
+  std::size_t start = 0;
+  while (start <= which.size()) {
+    const std::size_t comma = std::min(which.find(',', start), which.size());
+    if (comma > start) out.push_back(which.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+void family_rows(const std::vector<std::string>& presets, double bw, std::int64_t prompt, std::int64_t steps) {
+  for (const auto& preset : presets) {
+    const std::string dir = (std::filesystem::temp_directory_path() / ("evalrun-bench-" + preset)).string();
+    if (!std::filesystem::exists(std::filesystem::path(dir) / "model.safetensors")) {
+      std::printf("writing the %s preset to %s\n", preset.c_str(), dir.c_str());
+      evalrun::make_llama_checkpoint(dir, preset, 0);
+    }
+    auto model = evalrun::LlamaModel::load({dir, evalrun::DType::fp32, evalrun::Device::cpu});
+    const auto& c = model->config();
+    double wbytes = 4.0 * (c.hidden_size + static_cast<double>(c.vocab_size) * c.hidden_size);
+    for (const auto& site : model->linear_sites()) {
+      const double bytes = static_cast<double>(site.layer->resident_bytes());
+      const bool expert = site.prefixes.front().find(".experts.") != std::string::npos;
+      wbytes += expert ? bytes * static_cast<double>(c.experts_per_token) / static_cast<double>(c.num_experts) : bytes;
+    }
+    const Timing t = run(*model, 1, prompt, steps, 2);
+    const double step_ms = t.decode_s / steps * 1e3, bound_ms = wbytes / (bw * 1e9) * 1e3;
+    std::printf("family %s (%s) fp32 batch 1: decode %.1f tok/s, %.3f ms/step; weights %.1f MB/step -> "
+                "bandwidth bound %.3f ms/step: %.0f%% of it\n",
+                preset.c_str(), model->architecture().c_str(), steps / t.decode_s, step_ms, wbytes / 1e6, bound_ms,
+                100.0 * bound_ms / step_ms);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -113,9 +162,11 @@ int main(int argc, char** argv) {
   const std::int64_t prompt = argc > 2 ? std::atoll(argv[2]) : 128;
   const std::int64_t steps = argc > 3 ? std::atoll(argv[3]) : 64;
   std::string dir = argc > 4 ? argv[4] : "";
-  const std::string variants = std::string(",") + (argc > 5 ? argv[5] : "fp32,bf16,gptq") + ",";
+  const std::string variants = std::string(",") + (argc > 5 ? argv[5] : "fp32,bf16,gptq,families") + ",";
+  const std::string families = argc > 6 ? argv[6] : "real";
   auto wanted = [&](const char* name) { return variants.find(std::string(",") + name + ",") != std::string::npos; };
-  if (dir.empty()) {
+  const bool llama_110m = wanted("fp32") || wanted("bf16") || wanted("gptq") || wanted("fp8");
+  if (dir.empty() && llama_110m) {
     dir = (std::filesystem::temp_directory_path() / "evalrun-bench-llama-110m").string();
     if (!std::filesystem::exists(std::filesystem::path(dir) / "model.safetensors")) {
       std::printf("writing llama-110m preset to %s\n", dir.c_str());
@@ -182,6 +233,7 @@ int main(int argc, char** argv) {
                 res.linear_bytes / 1e6, res.model_bytes / 1e6);
     results[v.label] = res;
   }
+  if (wanted("families")) family_rows(family_presets(families), bw, prompt, steps);
   for (const char* q : {"gptq", "fp8"}) {
     if (!results.count("fp32") || !results.count(q)) continue;
     const Result& f = results["fp32"];

@@ -25,6 +25,28 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 [ -f demo/tiny-roberta-qa/model.safetensors ] || "$bin" make-model --head qa --preset tiny --seed 1 --out demo/tiny-roberta-qa
 [ -f demo/tiny-roberta-mlm/model.safetensors ] || "$bin" make-model --head mlm --preset tiny --seed 1 --out demo/tiny-roberta-mlm
 [ -f demo/tiny-llama/model.safetensors ] || "$bin" make-model --preset tiny-llama --seed 1 --out demo/tiny-llama
+# One tiny model per further family of jobs/ci.toml (fixed seeds too; the demo itself does not use them).
+for family in mistral qwen2 mixtral gemma starcoder2 gpt-bigcode gpt2; do
+  [ -f "demo/tiny-$family/model.safetensors" ] || "$bin" make-model --preset "tiny-$family" --seed 1 --out "demo/tiny-$family"
+done
+[ -f demo/tiny-bert-qa/model.safetensors ] || "$bin" make-model --head qa --preset tiny-bert --seed 1 --out demo/tiny-bert-qa
+# tiny-llama's weights with rope_scaling: linear (factor 4) and dynamic NTK (factor 4 over a context of
+# 64, shorter than the chat prompts, so every prompt and decode step rescales).
+for scaling in linear dynamic; do
+  dir=demo/tiny-llama-rope-$scaling
+  [ -f "$dir/model.safetensors" ] && continue
+  rm -rf "$dir.tmp" && cp -r demo/tiny-llama "$dir.tmp"
+  python3 - "$dir.tmp/config.json" "$scaling" <<'PY'
+import json, sys
+path, scaling = sys.argv[1], sys.argv[2]
+config = json.load(open(path))
+config["rope_scaling"] = {"type": scaling, "factor": 4.0}
+if scaling == "dynamic":
+    config["max_position_embeddings"] = 64
+json.dump(config, open(path, "w"), indent=2)
+PY
+  mv "$dir.tmp" "$dir"
+done
 
 jobs=(jobs/ci.toml)
 if [ -n "${EVALRUN_DATA_DIR:-}" ]; then

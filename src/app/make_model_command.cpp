@@ -30,7 +30,8 @@ int make_model_command(int argc, char** argv) {
                "model.safetensors, tokenizer files) for demos, tests and benchmarks: encoders (presets tiny,\n"
                "roberta-base, tiny-xlmr, tiny-bert, tiny-distilbert; --head qa|mlm) or decoders (presets tiny-llama,\n"
                "tiny-granite, tiny-mistral, tiny-qwen2, tiny-mixtral, tiny-gemma, tiny-starcoder2, tiny-gpt-bigcode,\n"
-               "tiny-gpt2, llama-110m).",
+               "tiny-gpt2, and the real-shape llama-110m, granite-110m, mistral-110m, qwen2-110m, mixtral-110m,\n"
+               "gemma-110m, starcoder2-110m, gpt-bigcode-110m, gpt2-110m).",
                "evalrun make-model"};
   std::string out, head = "qa", preset = "tiny", tokenizer_from;
   std::uint64_t seed = 0;
@@ -45,7 +46,9 @@ int make_model_command(int argc, char** argv) {
                  "(hidden 64, 2 layers, GQA), tiny-gemma (head_dim 24, 1 kv head, tied, tanh GELU, (1 + w) RMSNorm), "
                  "tiny-starcoder2 (LayerNorm, biases, sliding window 8), "
                  "tiny-gpt-bigcode (multi-query, learned positions), tiny-gpt2 (Conv1D weights, learned positions), "
-                 "llama-110m (hidden 768, 12 layers, vocab 32000)")
+                 "llama-110m (hidden 768, 12 layers, vocab 32000) and the same shape of every other family "
+                 "(granite-110m, mistral-110m, qwen2-110m, mixtral-110m, gemma-110m, starcoder2-110m, "
+                 "gpt-bigcode-110m, gpt2-110m)")
       ->check(CLI::IsMember(all_presets()));
   app.add_option("--seed", seed, "random seed of the weights");
   app.add_option("--tokenizer-from", tokenizer_from,
@@ -132,9 +135,9 @@ int make_model_command(int argc, char** argv) {
     if (head_opt->count() > 0) {
       throw InputError("--head", "applies only to the encoder presets (tiny, roberta-base, tiny-xlmr, tiny-bert, tiny-distilbert)");
     }
-    // llama-110m keeps its real vocabulary (32000) so its cost is the real model's.
-    const std::int64_t vocab = preset == "llama-110m" ? std::max<std::int64_t>(32000, tokenizer.vocab_size())
-                                                      : tokenizer.vocab_size();
+    // The real-shape presets (not tiny-*) keep a real vocabulary (32000) so their cost is a real model's.
+    const bool real_shape = preset.rfind("tiny-", 0) != 0;
+    const std::int64_t vocab = real_shape ? std::max<std::int64_t>(32000, tokenizer.vocab_size()) : tokenizer.vocab_size();
     // The learned tokenizer's ids (<s> 0, <pad> 1, </s> 2) go into config.json and generation_config.json.
     const auto& sp = tokenizer.special();
     make_llama_checkpoint(out, preset, seed, vocab, SpecialTokenIds{sp.bos, sp.eos, sp.pad});

@@ -69,6 +69,7 @@
 #include <stdexcept>
 
 #include "common/errors.hpp"
+#include "common/logging.hpp"
 #include "dist/communicator.hpp"
 #include "io/safetensors.hpp"
 #include "model/weights.hpp"
@@ -111,14 +112,18 @@ const Tensor& weight_of(const quant::LinearPtr& layer) { return quant::as_dense(
 // Its bias (undefined when it has none: Qwen2's q|k|v has one).
 const Tensor& bias_of(const quant::LinearPtr& layer) { return quant::as_dense(*layer).bias(); }
 
+// arange(0, d, 2) / d in float32: the exponents of theta in the RoPE inverse frequencies.
+Tensor rope_exponent(std::int64_t d) {
+  return torch::arange(0, d, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(d);
+}
+
 // RoPE inverse frequencies as transformers computes them, in float32 tensor arithmetic:
 // 1 / theta^(arange(0, d, 2) / d), then for rope_type llama3 the wavelength-based smoothing of
 // _compute_llama3_parameters: wavelengths above original_max / low_freq_factor are slowed down by
 // `factor`, those below original_max / high_freq_factor are kept, the ones in between interpolated.
+// (linear and dynamic scaling keep these and act per forward call: position_divisor, row_inv_freq.)
 Tensor rope_inv_freq(const LlamaConfig& c) {
-  const std::int64_t d = c.head_dim;
-  Tensor exponent = torch::arange(0, d, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(d);
-  Tensor inv_freq = torch::pow(c.rope_theta, exponent).reciprocal();
+  Tensor inv_freq = torch::pow(c.rope_theta, rope_exponent(c.head_dim)).reciprocal();
   if (c.rope_type != "llama3") return inv_freq;
   const double factor = c.rope_factor, low = c.rope_low_freq_factor, high = c.rope_high_freq_factor;
   const double old_len = static_cast<double>(c.rope_original_max_position_embeddings);
@@ -130,6 +135,18 @@ Tensor rope_inv_freq(const LlamaConfig& c) {
   Tensor smoothed = (1 - smooth) * scaled / factor + smooth * scaled;
   Tensor medium = torch::logical_not(wavelen < high_freq_wavelen).logical_and(torch::logical_not(wavelen > low_freq_wavelen));
   return torch::where(medium, smoothed, scaled).contiguous();
+}
+
+// Dynamic NTK scaling (transformers 4.39's LlamaDynamicNTKScalingRotaryEmbedding) for a forward
+// call reaching length n = max position + 1 > max_position_embeddings: the base becomes
+// theta * (factor * n / max_pos - (factor - 1))^(d / (d - 2)), computed in float32 tensor arithmetic
+// as transformers does (n is an int64 tensor there, so the whole expression is float32).
+Tensor dynamic_ntk_inv_freq(const LlamaConfig& c, std::int64_t n) {
+  const std::int64_t d = c.head_dim;
+  Tensor len = torch::scalar_tensor(n, torch::kInt64);
+  Tensor ratio = len * c.rope_factor / c.max_position_embeddings - (c.rope_factor - 1);
+  Tensor base = ratio.pow(static_cast<double>(d) / static_cast<double>(d - 2)) * c.rope_theta;
+  return torch::pow(base, rope_exponent(d)).reciprocal().contiguous();
 }
 
 // Checkpoint prefixes of layer i's tensors (gate empty for a plain MLP, q/k/v empty when fused in qkv).
@@ -193,6 +210,23 @@ struct LlamaModel::Impl : model::Weights {
 
   model::Workspace buf_x, buf_a, buf_qkv, buf_ctx, buf_gu, buf_act, buf_rope, buf_final, buf_part;
   model::Workspace buf_router, buf_moe_in, buf_moe_out, buf_moe_acc;
+
+  // Mixtral: the tokens routed to each expert, [layer][expert], over this model's forward calls (each
+  // token counts once per expert it is routed to: a layer's counts sum to tokens x experts_per_token).
+  // Only real tokens count: counted_rows marks the rows of the current call that are (padding rows
+  // are routed too, their results unused); empty outside forward (hidden_states counts nothing).
+  std::vector<std::vector<std::int64_t>> expert_load;
+  std::vector<std::uint8_t> counted_rows;
+
+  void count_routes(std::size_t layer, const std::int64_t* chosen, std::int64_t M) {
+    if (counted_rows.empty()) return;
+    if (expert_load.empty()) expert_load.assign(layers.size(), std::vector<std::int64_t>(cfg.num_experts, 0));
+    const std::int64_t K = cfg.experts_per_token;
+    for (std::int64_t m = 0; m < M; ++m) {
+      if (counted_rows[m] == 0) continue;
+      for (std::int64_t j = 0; j < K; ++j) ++expert_load[layer][chosen[m * K + j]];
+    }
+  }
 
   std::int64_t q_width() const { return heads * cfg.head_dim; }
   std::int64_t kv_width() const { return kv_heads * cfg.head_dim; }
@@ -259,13 +293,36 @@ struct LlamaModel::Impl : model::Weights {
     }
   }
 
-  // cos / sin [M, d/2] float32 for the given positions (HF: float32 angle = inv_freq * position).
-  void rope_tables(const std::int64_t* positions, std::int64_t M, float*& cos, float*& sin) {
-    const std::int64_t half = cfg.head_dim / 2;
+  // Linear rope scaling divides the positions by its factor.
+  float position_divisor() const { return cfg.rope_type == "linear" ? static_cast<float>(cfg.rope_factor) : 1.0f; }
+
+  // The inverse frequencies each row of a forward call rotates its new q / k with, float32
+  // [batch, d/2]: inv_freq, except under dynamic NTK scaling for a row whose positions reach past
+  // max_position_embeddings. transformers takes the length from the whole call (the largest
+  // position in the batch); here each row uses its own, which is transformers' result for that row
+  // alone, so a row's result does not depend on what it is batched with (or on the world size).
+  // Cached keys keep the frequencies they were rotated with, as in transformers.
+  Tensor row_inv_freq(const std::int64_t* positions, std::int64_t batch, std::int64_t seq) const {
+    Tensor rows = inv_freq.unsqueeze(0).repeat({batch, 1});
+    if (cfg.rope_type != "dynamic") return rows;
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const std::int64_t n = *std::max_element(positions + b * seq, positions + (b + 1) * seq) + 1;
+      if (n > cfg.max_position_embeddings) rows[b].copy_(dynamic_ntk_inv_freq(cfg, n));
+    }
+    return rows;
+  }
+
+  // cos / sin [batch * seq, d/2] float32 for the given positions (HF: float32 angle = inv_freq * position).
+  void rope_tables(const std::int64_t* positions, std::int64_t batch, std::int64_t seq, float*& cos, float*& sin) {
+    const std::int64_t half = cfg.head_dim / 2, M = batch * seq;
     Tensor t = buf_rope.get({2, M, half}, torch::kFloat32);
     cos = t.data_ptr<float>();
     sin = cos + M * half;
-    ops::rope_angles(inv_freq.data_ptr<float>(), half, positions, M, cos, sin);
+    const Tensor freqs = row_inv_freq(positions, batch, seq);
+    for (std::int64_t b = 0; b < batch; ++b) {
+      ops::rope_angles(freqs.data_ptr<float>() + b * half, half, positions + b * seq, seq, cos + b * seq * half,
+                       sin + b * seq * half, position_divisor());
+    }
   }
 
   // ---- float32 + sgemm path ------------------------------------------------------------------
@@ -335,7 +392,7 @@ struct LlamaModel::Impl : model::Weights {
 
     float *cos = nullptr, *sin = nullptr;
     const bool rope = !c.learned_positions;
-    if (rope) rope_tables(positions, M, cos, sin);
+    if (rope) rope_tables(positions, batch, seq, cos, sin);
     float* a = buf_a.get({M, H}, torch::kFloat32).data_ptr<float>();
     float* qkv = buf_qkv.get({M, W}, torch::kFloat32).data_ptr<float>();
     float* ctx = buf_ctx.get({M, qw}, torch::kFloat32).data_ptr<float>();
@@ -370,7 +427,7 @@ struct LlamaModel::Impl : model::Weights {
 
       norm_rows(x, L.mlp_norm, L.mlp_norm_b, a, M);
       if (!L.experts.empty()) {
-        moe_fast(L, a, M, x, gu, act, rm);
+        moe_fast(L, l, a, M, x, gu, act, rm);
       } else if (c.mlp == LlamaConfig::Mlp::gelu_tanh) {  // c_proj(gelu(c_fc a))
         L.gate_up->forward(a, M, H, act, I, 1.0f, 0.0f);
         ops::gelu_tanh_rows(act, M, I, I);
@@ -389,13 +446,15 @@ struct LlamaModel::Impl : model::Weights {
   // rows routed to it, and add sum_j w_j expert_j(a) to x, the experts in index order as transformers'
   // index_add_ does. Under tensor parallelism each expert is split like a dense MLP (w1 / w3 columns,
   // w2 rows); the weighted sum of this rank's partial outputs is summed over the group once per layer.
-  void moe_fast(const DecoderLayer& L, const float* a, std::int64_t M, float* x, float* gu, float* act, float rm) {
+  void moe_fast(const DecoderLayer& L, std::size_t layer, const float* a, std::int64_t M, float* x, float* gu,
+                float* act, float rm) {
     const std::int64_t H = cfg.hidden_size, I = inter, E = cfg.num_experts, K = cfg.experts_per_token;
     float* rl = buf_router.get({M, E}, torch::kFloat32).data_ptr<float>();
     ops::sgemm('N', 'T', M, E, H, 1.0f, a, H, L.router.data_ptr<float>(), H, 0.0f, rl, E);
     std::vector<std::int64_t> chosen(static_cast<std::size_t>(M * K));
     std::vector<float> w(static_cast<std::size_t>(M * K));
     ops::moe_route_top_k(rl, M, E, K, chosen.data(), w.data());
+    count_routes(layer, chosen.data(), M);
     const auto per_expert = ops::moe_rows_per_expert(chosen.data(), w.data(), M, E, K);
     float* acc = buf_moe_acc.get({M, H}, torch::kFloat32).data_ptr<float>();
     float* xin = buf_moe_in.get({M, H}, torch::kFloat32).data_ptr<float>();
@@ -417,11 +476,13 @@ struct LlamaModel::Impl : model::Weights {
 
   // The same on torch tensors, written like MixtralSparseMoeBlock.forward (router logits in the
   // compute dtype, softmax in float32, top-k weights renormalized and cast back, index_add_).
-  Tensor moe_torch(const DecoderLayer& L, const Tensor& a) {
+  Tensor moe_torch(const DecoderLayer& L, std::size_t layer, const Tensor& a) {
     const std::int64_t I = inter, K = cfg.experts_per_token;
     Tensor p = torch::softmax(at::linear(a, L.router).to(torch::kFloat32), 1);
     auto top = torch::topk(p, K, -1);
     Tensor tw = std::get<0>(top), ti = std::get<1>(top);
+    const Tensor chosen = ti.contiguous();
+    count_routes(layer, chosen.data_ptr<std::int64_t>(), chosen.size(0));
     tw = (tw / tw.sum(-1, true)).to(a.scalar_type());
     Tensor out = torch::zeros_like(a);
     for (std::size_t e = 0; e < L.experts.size(); ++e) {
@@ -494,7 +555,8 @@ struct LlamaModel::Impl : model::Weights {
 
     Tensor cos, sin;
     if (!c.learned_positions) {
-      Tensor freqs = pos.to(torch::kFloat32).unsqueeze(-1) * inv_freq.view({1, 1, -1});  // [B, L, d/2]
+      Tensor freqs = (pos.to(torch::kFloat32) / position_divisor()).unsqueeze(-1) *
+                     row_inv_freq(positions, batch, seq).unsqueeze(1);  // [B, L, d/2]
       Tensor emb = torch::cat({freqs, freqs}, -1).unsqueeze(1);                        // [B, 1, L, d]
       cos = emb.cos().to(st);
       sin = emb.sin().to(st);
@@ -545,7 +607,7 @@ struct LlamaModel::Impl : model::Weights {
       a = norm_t(x, L.mlp_norm, L.mlp_norm_b);
       Tensor down;
       if (!L.experts.empty()) {
-        down = summed(moe_torch(L, a));
+        down = summed(moe_torch(L, l, a));
       } else {
         Tensor gu = at::linear(a, weight_of(L.gate_up), bias_of(L.gate_up));
         Tensor act = c.mlp == LlamaConfig::Mlp::gelu_tanh
@@ -667,7 +729,30 @@ struct LlamaModel::Impl : model::Weights {
 };
 
 LlamaModel::LlamaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-LlamaModel::~LlamaModel() = default;
+// The model lives as long as its run: the experts' load goes to the log when it ends.
+LlamaModel::~LlamaModel() {
+  try {
+    log_expert_load();
+  } catch (...) {  // logging must not throw out of a destructor
+  }
+}
+
+const std::vector<std::vector<std::int64_t>>& LlamaModel::expert_load() const { return impl_->expert_load; }
+
+void LlamaModel::log_expert_load() const {
+  const Impl& m = *impl_;
+  if (m.expert_load.empty()) return;
+  // Under tensor parallelism every rank of a group routes the same tokens: its first rank reports.
+  if (m.split() && m.tp->rank() != 0) return;
+  for (std::size_t l = 0; l < m.expert_load.size(); ++l) {
+    std::string counts;
+    for (std::int64_t n : m.expert_load[l]) {
+      if (!counts.empty()) counts += ' ';
+      counts += std::to_string(n);
+    }
+    log().debug("layer {} experts load: {} (tokens routed on this rank)", l, counts);
+  }
+}
 
 std::unique_ptr<LlamaModel> LlamaModel::load(const ModelLoad& how_to) {
   torch::InferenceMode guard;
@@ -838,7 +923,16 @@ void LlamaModel::forward(const std::int64_t* ids, const std::int64_t* positions,
   LlamaCache& cache = *own;
   m.check_inputs(ids, positions, key_mask, batch, seq, cache);
   torch::InferenceMode guard;
+  if (!m.layers.empty() && !m.layers[0].experts.empty()) {
+    // Row b * seq + t is a real token when the mask lets it be a key (its own entry of key_mask).
+    const std::int64_t T = cache.length() + seq;
+    m.counted_rows.resize(static_cast<std::size_t>(batch * seq));
+    for (std::int64_t b = 0; b < batch; ++b) {
+      for (std::int64_t t = 0; t < seq; ++t) m.counted_rows[b * seq + t] = key_mask[b * T + cache.length() + t] == 1;
+    }
+  }
   Tensor x = m.run_layers(ids, positions, key_mask, batch, seq, cache, nullptr);
+  m.counted_rows.clear();
   std::vector<std::int64_t> rows;
   if (!all_positions && seq > 1) {
     for (std::int64_t b = 0; b < batch; ++b) rows.push_back(b * seq + seq - 1);
@@ -855,6 +949,7 @@ std::vector<std::vector<float>> LlamaModel::hidden_states(const std::int64_t* id
   for (std::int64_t i = 0; i < batch * seq; ++i) positions[i] = i % seq;
   m.check_inputs(ids, positions.data(), key_mask.data(), batch, seq, cache);
   torch::InferenceMode guard;
+  m.counted_rows.clear();  // not part of the run's expert load
   std::vector<std::vector<float>> out;
   Tensor x = m.run_layers(ids, positions.data(), key_mask.data(), batch, seq, cache, &out);
   Tensor h = m.final_normed(x, {}).to(torch::kFloat32).contiguous();

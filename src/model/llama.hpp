@@ -16,7 +16,7 @@
 namespace evalrun {
 
 // config.json fields; from_json_file validates them (InputError naming config.json and the key).
-// Unsupported fields with non-default values (e.g. a rope_scaling type other than "llama3",
+// Unsupported fields with non-default values (e.g. a rope_scaling type other than linear / dynamic / llama3,
 // attention_bias / mlp_bias = true when not implemented, hidden_act other than silu) are errors.
 struct LlamaConfig {
   std::string model_type;  // "llama", "granite", "mistral", "qwen2", "mixtral", "gemma", "starcoder2", "gpt_bigcode", "gpt2"
@@ -34,8 +34,12 @@ struct LlamaConfig {
   Norm norm = Norm::rms;
   double norm_eps = 1e-6;
   double rope_theta = 10000.0;
-  // rope_scaling {"rope_type"/"type": "llama3", factor, low_freq_factor, high_freq_factor,
-  // original_max_position_embeddings}; rope_type "" = none.
+  // rope_scaling {"rope_type"/"type": "linear" | "dynamic" | "llama3", factor, and for llama3
+  // low_freq_factor, high_freq_factor, original_max_position_embeddings}; rope_type "" = none.
+  // linear: positions / factor. dynamic (NTK): a forward call whose row reaches a length n past
+  // max_position_embeddings rotates that row's new q / k with the base
+  // theta * (factor * n / max_position_embeddings - (factor - 1))^(d / (d - 2)); cached keys keep the
+  // frequencies they were rotated with.
   std::string rope_type;
   double rope_factor = 1.0, rope_low_freq_factor = 1.0, rope_high_freq_factor = 4.0;
   std::int64_t rope_original_max_position_embeddings = 8192;
@@ -118,6 +122,15 @@ class LlamaModel : public CausalLM {
   // and the output of layer n with the final norm applied.
   std::vector<std::vector<float>> hidden_states(const std::int64_t* ids, std::int64_t batch,
                                                 std::int64_t seq) override;
+
+  // Mixtral: the tokens forward() routed to each expert so far, [layer][expert] (real tokens only, not
+  // padding; each counted once per expert it went to: a layer sums to tokens x num_experts_per_tok).
+  // Empty for a dense model or before the first forward call.
+  const std::vector<std::vector<std::int64_t>>& expert_load() const;
+  // expert_load() at debug level (-v), one line per layer, e.g. "layer 0 experts load: 12 9 15 12";
+  // per rank (data-parallel ranks count their own shard; of a tensor-parallel group only its first
+  // rank logs, the others route the same tokens). The destructor calls it: the end of the run.
+  void log_expert_load() const;
 
   struct Impl;
 

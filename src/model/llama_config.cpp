@@ -29,6 +29,9 @@ std::int64_t token_id(const json& j, const std::string& path, const char* key) {
   throw InputError(path + ": " + key, "must be an integer or a list of integers, got " + it->dump());
 }
 
+// rope_scaling of Llama / Granite: null, "default" (none), "linear" and "dynamic" (transformers 4.39's
+// LlamaLinearScalingRotaryEmbedding / LlamaDynamicNTKScalingRotaryEmbedding: a factor only) or
+// "llama3" (Llama 3.1 / 3.2: factor, low / high frequency factors, original context length).
 void parse_rope_scaling(const json& j, const std::string& path, LlamaConfig& c) {
   auto it = j.find("rope_scaling");
   if (it == j.end() || it->is_null()) return;
@@ -39,21 +42,27 @@ void parse_rope_scaling(const json& j, const std::string& path, LlamaConfig& c) 
   if (type.empty()) type = model::json_string(rs, where, "type", "");
   if (type.empty()) throw InputError(where + ".rope_type", "missing");
   if (type == "default") return;
-  if (type != "llama3") {
-    throw InputError(where + ".rope_type", "'" + type + "' is not supported (supported: llama3, default)");
+  if (type != "llama3" && type != "linear" && type != "dynamic") {
+    throw InputError(where + ".rope_type",
+                     "'" + type + "' is not supported (supported: linear, dynamic, llama3, default)");
   }
   c.rope_type = type;
   auto need = [&](const char* key) {
     auto f = rs.find(key);
-    if (f == rs.end() || f->is_null()) throw InputError(where + "." + key, "missing (required for rope_type llama3)");
+    if (f == rs.end() || f->is_null()) {
+      throw InputError(where + "." + key, "missing (required for rope_type " + type + ")");
+    }
     if (!f->is_number()) throw InputError(where + "." + key, "must be a number, got " + f->dump());
     return f->get<double>();
   };
   c.rope_factor = need("factor");
+  if (!(c.rope_factor >= 1.0)) {
+    throw InputError(where + ".factor", "must be >= 1, got " + rs["factor"].dump());
+  }
+  if (type != "llama3") return;
   c.rope_low_freq_factor = need("low_freq_factor");
   c.rope_high_freq_factor = need("high_freq_factor");
   const double orig = need("original_max_position_embeddings");
-  if (!(c.rope_factor >= 1.0)) throw InputError(where + ".factor", "must be >= 1");
   if (!(c.rope_low_freq_factor > 0.0)) throw InputError(where + ".low_freq_factor", "must be > 0");
   if (!(c.rope_high_freq_factor > c.rope_low_freq_factor)) {
     throw InputError(where + ".high_freq_factor", "must be greater than low_freq_factor");

@@ -6,9 +6,10 @@
 
 namespace evalrun::ops {
 
-// cos / sin [M, half] for M positions: angle = inv_freq[i] * position in float32, as HF computes it.
+// cos / sin [M, half] for M positions: angle = inv_freq[i] * (position / position_divisor) in float32,
+// as HF computes it (the divisor is linear rope scaling's factor, which divides the float32 positions).
 void rope_angles(const float* inv_freq, std::int64_t half, const std::int64_t* positions, std::int64_t M, float* cos,
-                 float* sin);
+                 float* sin, float position_divisor = 1.0f);
 
 // In place, one head vector of 2 * half: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin).
 inline void rope_rotate_head(float* v, const float* cos, const float* sin, std::int64_t half) {

@@ -1,7 +1,8 @@
 // Llama / Granite on checkpoints the project makes itself (no shared data needed): make_model round
 // trip, agreement with a naive float64 re-implementation of transformers' forward (Llama, Granite with
-// each multiplier, llama3 RoPE scaling), cached decoding versus full recomputation, left padding,
-// the torch fallback path, bf16 / fp16, and the loader's and config's error messages.
+// each multiplier, llama3, linear and dynamic RoPE scaling), cached decoding versus full
+// recomputation, left padding, the torch fallback path, bf16 / fp16, Mixtral's expert load, and the
+// loader's and config's error messages.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -89,7 +90,10 @@ std::string input_error(const std::function<void()>& f) {
 
 // transformers' LlamaForCausalLM / GraniteForCausalLM forward over one unpadded sequence, written
 // out naively in float64 from config.json and the checkpoint: logits [L, V] as float32 values.
-std::vector<float> naive_logits(const std::string& dir, const std::vector<std::int64_t>& ids_v) {
+// `prefill` (dynamic rope scaling only) says how the sequence went through the model: its first
+// `prefill` tokens in one call, then one token per call through the cache (0: all in one call).
+std::vector<float> naive_logits(const std::string& dir, const std::vector<std::int64_t>& ids_v,
+                                std::int64_t prefill = 0) {
   torch::InferenceMode guard;
   const json cfg = json::parse(std::ifstream(fs::path(dir) / "config.json"));
   SafetensorsFile f((fs::path(dir) / "model.safetensors").string());
@@ -110,8 +114,23 @@ std::vector<float> naive_logits(const std::string& dir, const std::vector<std::i
   // interpolate linearly in (old_len / wavelength) in between.
   std::vector<double> inv_freq(d / 2);
   for (std::int64_t i = 0; i < d / 2; ++i) inv_freq[i] = 1.0 / std::pow(theta, 2.0 * i / d);
-  if (cfg.contains("rope_scaling") && cfg["rope_scaling"].is_object()) {
-    const json& rs = cfg["rope_scaling"];
+  const json rs = cfg.contains("rope_scaling") && cfg["rope_scaling"].is_object() ? cfg["rope_scaling"] : json();
+  const std::string rope_type = rs.is_object() ? rs.value("rope_type", rs.value("type", "")) : "";
+  // angle(t, i): linear divides the position by factor; dynamic rotates position t with the base of
+  // the call it went through, of length n = prefill (or L) for the prompt and t + 1 after it.
+  auto angles = torch::zeros({L, d / 2}, torch::kFloat64);
+  auto angle = angles.accessor<double, 2>();
+  for (std::int64_t t = 0; t < L; ++t) {
+    double base = theta, p = static_cast<double>(t);
+    if (rope_type == "linear") p /= rs["factor"].get<double>();
+    if (rope_type == "dynamic") {
+      const double factor = rs["factor"], max_pos = cfg["max_position_embeddings"];
+      const double n = prefill == 0 ? L : t < prefill ? prefill : t + 1;
+      if (n > max_pos) base = theta * std::pow(factor * n / max_pos - (factor - 1), double(d) / (d - 2));
+    }
+    for (std::int64_t i = 0; i < d / 2; ++i) angle[t][i] = p / std::pow(base, 2.0 * i / d);
+  }
+  if (rope_type == "llama3") {
     const double factor = rs["factor"], low = rs["low_freq_factor"], high = rs["high_freq_factor"];
     const double old_len = rs["original_max_position_embeddings"];
     for (auto& f0 : inv_freq) {
@@ -124,9 +143,9 @@ std::vector<float> naive_logits(const std::string& dir, const std::vector<std::i
       const double s = (old_len / wavelen - low) / (high - low);
       f0 = (1 - s) * f0 / factor + s * f0;
     }
+    auto pos = torch::arange(L, torch::kFloat64).unsqueeze(1);
+    angles = pos * torch::tensor(inv_freq, torch::kFloat64).unsqueeze(0);  // [L, d/2]
   }
-  auto pos = torch::arange(L, torch::kFloat64).unsqueeze(1);
-  auto angles = pos * torch::tensor(inv_freq, torch::kFloat64).unsqueeze(0);  // [L, d/2]
   auto cos = angles.cos(), sin = angles.sin();
   auto rope = [&](const torch::Tensor& t) {  // [heads, L, d]
     auto x1 = t.narrow(-1, 0, d / 2), x2 = t.narrow(-1, d / 2, d / 2);
@@ -172,6 +191,34 @@ std::vector<float> model_logits(LlamaModel& m, const std::vector<std::int64_t>& 
   std::vector<float> logits;
   m.forward(ids.data(), pos.data(), mask.data(), 1, L, *cache, true, logits);
   return logits;
+}
+
+// Prompts of different lengths decoded together (left-padded) and one by one: same tokens, same logits,
+// on the sgemm and on the torch path.
+void expect_batch_matches_rows_alone(const std::string& dir, const std::vector<std::vector<std::int64_t>>& prompts,
+                                     int steps) {
+  for (bool fast : {true, false}) {
+    ops::set_onednn_sgemm_enabled(fast);
+    auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+    ops::set_onednn_sgemm_enabled(true);
+    auto batched = testing::generate(*model, prompts, steps);
+    for (std::size_t b = 0; b < prompts.size(); ++b) {
+      auto alone = testing::generate(*model, {prompts[b]}, steps);
+      EXPECT_EQ(batched.tokens[b], alone.tokens[0]) << dir << " row " << b;
+      for (int s = 0; s < steps; ++s) {
+        EXPECT_LT(max_abs_diff(batched.step_logits[b][s], alone.step_logits[0][s]), 1e-5f)
+            << dir << (fast ? " sgemm" : " torch") << " row " << b << " step " << s;
+      }
+    }
+  }
+}
+
+// The torch path's logits of one sequence.
+std::vector<float> torch_path_logits(const std::string& dir, const std::vector<std::int64_t>& ids) {
+  ops::set_onednn_sgemm_enabled(false);
+  auto slow = LlamaModel::load({dir, DType::fp32, Device::cpu});
+  ops::set_onednn_sgemm_enabled(true);
+  return model_logits(*slow, ids);
 }
 
 TEST_F(TinyLlama, MakeModelWritesLoadableDeterministicCheckpoints) {
@@ -291,22 +338,7 @@ TEST_F(TinyLlama, CachedDecodeMatchesFullRecompute) {
 }
 
 TEST_F(TinyLlama, LeftPaddedBatchMatchesRowsAlone) {
-  for (bool fast : {true, false}) {
-    ops::set_onednn_sgemm_enabled(fast);
-    auto model = LlamaModel::load({granite_dir(), DType::fp32, Device::cpu});
-    ops::set_onednn_sgemm_enabled(true);
-    const std::vector<std::vector<std::int64_t>> prompts = {sequence(3, 1), sequence(11, 2), sequence(1, 3),
-                                                            sequence(7, 4)};
-    auto batched = testing::generate(*model, prompts, 6);
-    for (std::size_t b = 0; b < prompts.size(); ++b) {
-      auto alone = testing::generate(*model, {prompts[b]}, 6);
-      EXPECT_EQ(batched.tokens[b], alone.tokens[0]) << "row " << b;
-      for (int s = 0; s < 6; ++s) {
-        EXPECT_LT(max_abs_diff(batched.step_logits[b][s], alone.step_logits[0][s]), 1e-5f)
-            << (fast ? "sgemm" : "torch") << " row " << b << " step " << s;
-      }
-    }
-  }
+  expect_batch_matches_rows_alone(granite_dir(), {sequence(3, 1), sequence(11, 2), sequence(1, 3), sequence(7, 4)}, 6);
 }
 
 TEST_F(TinyLlama, TorchFallbackPathMatchesOneDnnPath) {
@@ -352,6 +384,151 @@ TEST_F(TinyLlama, Llama3RopeScalingMatchesFormula) {
   EXPECT_GT(max_abs_diff(got.data() + (L - 50) * kVocab, base.data() + (L - 50) * kVocab, 50 * kVocab), 1e-3f);
   // factor 1 is no scaling.
   EXPECT_LT(max_abs_diff(model_logits(*LlamaModel::load({unit_dir, DType::fp32, Device::cpu}), ids), base), 1e-5f);
+}
+
+// rope_scaling type linear (transformers 4.39's LlamaLinearScalingRotaryEmbedding): the positions are
+// divided by factor before the rotation.
+TEST_F(TinyLlama, LinearRopeScalingDividesPositions) {
+  auto with_scaling = [](const char* type_key, double factor) {
+    return [=](json& c) { c["rope_scaling"] = {{type_key, "linear"}, {"factor", factor}}; };
+  };
+  const std::string dir = config_copy(llama_dir(), "linear-rope", with_scaling("type", 4.0));
+  const std::string rope_type_dir = config_copy(llama_dir(), "linear-rope-type", with_scaling("rope_type", 4.0));
+  const std::string half_dir = config_copy(llama_dir(), "linear-rope-2", with_scaling("type", 2.0));
+  auto scaled = LlamaModel::load({dir, DType::fp32, Device::cpu});
+  EXPECT_EQ(scaled->config().rope_type, "linear");
+  EXPECT_DOUBLE_EQ(scaled->config().rope_factor, 4.0);
+  auto plain = LlamaModel::load({llama_dir(), DType::fp32, Device::cpu});
+  const std::int64_t L = 40;
+  const auto ids = sequence(L, 2);
+  const auto got = model_logits(*scaled, ids);
+  const auto base = model_logits(*plain, ids);
+  EXPECT_LT(max_abs_diff(got, naive_logits(dir, ids)), 1e-5f);
+  EXPECT_EQ(max_abs_diff(got, model_logits(*LlamaModel::load({rope_type_dir, DType::fp32, Device::cpu}), ids)), 0.0f);
+  EXPECT_EQ(max_abs_diff(got.data(), base.data(), kVocab), 0.0f);  // position 0 is not rotated
+  EXPECT_GT(max_abs_diff(got, base), 1e-3f);
+  EXPECT_LT(max_abs_diff(got, torch_path_logits(dir, ids)), 1e-5f);
+
+  // Factor 2 at positions 0, 2, 4, ... is the unscaled model at 0, 1, 2, ... (t exactly, in float).
+  {
+    auto two = LlamaModel::load({half_dir, DType::fp32, Device::cpu});
+    std::vector<std::int64_t> even(L), mask(L, 1);
+    for (std::int64_t t = 0; t < L; ++t) even[t] = 2 * t;
+    auto cache = two->new_cache(1, L);
+    std::vector<float> logits;
+    two->forward(ids.data(), even.data(), mask.data(), 1, L, *cache, true, logits);
+    EXPECT_EQ(max_abs_diff(logits, base), 0.0f);
+  }
+
+  // Decoding through the cache equals the full forward.
+  const std::vector<std::vector<std::int64_t>> forced = {std::vector<std::int64_t>(ids.begin() + 6, ids.end())};
+  auto gen = testing::generate(*scaled, {std::vector<std::int64_t>(ids.begin(), ids.begin() + 6)}, L - 6, &forced);
+  for (std::int64_t s = 0; s < L - 6; ++s) {
+    EXPECT_LT(max_abs_diff(gen.step_logits[0][s].data(), got.data() + (5 + s) * kVocab, kVocab), 1e-5f) << s;
+  }
+  expect_batch_matches_rows_alone(dir, {sequence(3, 1), sequence(17, 2), sequence(1, 3), sequence(9, 4)}, 6);
+}
+
+// rope_scaling type dynamic (transformers 4.39's LlamaDynamicNTKScalingRotaryEmbedding): a forward call
+// reaching length n > max_position_embeddings rotates its q / k with the base
+// theta * (factor n / max_pos - (factor - 1))^(d / (d - 2)); keys already cached keep theirs.
+TEST_F(TinyLlama, DynamicRopeScalingRecomputesPerCall) {
+  const std::string dir = config_copy(llama_dir(), "dynamic-rope", [](json& c) {
+    c["max_position_embeddings"] = 16;
+    c["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
+  });
+  auto scaled = LlamaModel::load({dir, DType::fp32, Device::cpu});
+  EXPECT_EQ(scaled->config().rope_type, "dynamic");
+  auto plain = LlamaModel::load({llama_dir(), DType::fp32, Device::cpu});
+  // Up to max_position_embeddings: no scaling.
+  const auto short_ids = sequence(16, 4);
+  EXPECT_EQ(max_abs_diff(model_logits(*scaled, short_ids), model_logits(*plain, short_ids)), 0.0f);
+
+  // A prefill of 40: every position rotates with the base of n = 40, i.e. the unscaled model with
+  // that rope_theta (head_dim 16).
+  const std::int64_t L = 40;
+  const auto ids = sequence(L, 5);
+  const double theta40 = 10000.0 * std::pow(2.0 * L / 16.0 - 1.0, 16.0 / 14.0);
+  const std::string theta_dir = config_copy(llama_dir(), "dynamic-as-theta", [&](json& c) { c["rope_theta"] = theta40; });
+  const auto got = model_logits(*scaled, ids);
+  EXPECT_LT(max_abs_diff(got, model_logits(*LlamaModel::load({theta_dir, DType::fp32, Device::cpu}), ids)), 1e-4f);
+  EXPECT_LT(max_abs_diff(got, naive_logits(dir, ids)), 1e-4f);
+  EXPECT_GT(max_abs_diff(got, model_logits(*plain, ids)), 1e-3f);
+  EXPECT_LT(max_abs_diff(got, torch_path_logits(dir, ids)), 1e-5f);
+
+  // A prompt of 10, then one token per call: the call feeding position t (> 15) rotates it with the base
+  // of n = t + 1 while the cached keys keep the ones they had, which differs from one prefill of it all.
+  const std::int64_t P = 10, steps = 30;
+  const auto seq = sequence(P + steps, 6);
+  const std::vector<std::vector<std::int64_t>> forced = {std::vector<std::int64_t>(seq.begin() + P, seq.end())};
+  const std::vector<std::int64_t> fed(seq.begin(), seq.end() - 1);
+  const auto want = naive_logits(dir, fed, P);
+  const auto one_call = model_logits(*scaled, fed);
+  for (bool fast : {true, false}) {
+    ops::set_onednn_sgemm_enabled(fast);
+    auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+    ops::set_onednn_sgemm_enabled(true);
+    auto gen = testing::generate(*model, {std::vector<std::int64_t>(seq.begin(), seq.begin() + P)}, steps, &forced);
+    float past_max = 0;
+    for (std::int64_t s = 0; s < steps; ++s) {
+      const std::int64_t t = P - 1 + s;  // the position whose logits chose step s
+      EXPECT_LT(max_abs_diff(gen.step_logits[0][s].data(), want.data() + t * kVocab, kVocab), 1e-4f)
+          << (fast ? "sgemm" : "torch") << " step " << s;
+      if (t >= 16) past_max = std::max(past_max, max_abs_diff(gen.step_logits[0][s].data(), one_call.data() + t * kVocab, kVocab));
+    }
+    EXPECT_GT(past_max, 1e-3f);
+  }
+  // Each row of a batch takes its length from its own positions (transformers' result for the row alone).
+  expect_batch_matches_rows_alone(dir, {sequence(30, 1), sequence(5, 2), sequence(18, 3)}, 6);
+}
+
+// Mixtral's expert load (what -v logs at the end of a run): every real token fed through forward counts
+// once for each of the num_experts_per_tok experts it is routed to, padding rows not at all, so a
+// left-padded batch counts what its rows count alone; hidden_states (calibration) counts nothing.
+TEST_F(TinyLlama, MixtralExpertLoadCountsRealTokensPerLayer) {
+  const std::string dir = (*root_ / "mixtral").string();
+  make_llama_checkpoint(dir, "tiny-mixtral", 11, kVocab);
+  const std::vector<std::vector<std::int64_t>> prompts = {sequence(3, 1), sequence(11, 2), sequence(7, 3)};
+  const int steps = 5;
+  using Load = std::vector<std::vector<std::int64_t>>;
+  auto run = [&](const std::vector<std::vector<std::int64_t>>& ps, bool fast) {
+    ops::set_onednn_sgemm_enabled(fast);
+    auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+    ops::set_onednn_sgemm_enabled(true);
+    EXPECT_TRUE(model->expert_load().empty());
+    testing::generate(*model, ps, steps);
+    const Load load = model->expert_load();
+    const auto ids = sequence(9, 7);
+    model->hidden_states(ids.data(), 1, 9);
+    EXPECT_EQ(model->expert_load(), load);
+    model->log_expert_load();
+    return load;
+  };
+  const Load batched = run(prompts, true);
+  const std::int64_t K = 2, E = 4;
+  std::int64_t tokens = 0;  // the prompts, then one token per row and step but the last
+  for (const auto& p : prompts) tokens += static_cast<std::int64_t>(p.size()) + steps - 1;
+  ASSERT_EQ(batched.size(), 2u);
+  for (const auto& layer : batched) {
+    ASSERT_EQ(static_cast<std::int64_t>(layer.size()), E);
+    std::int64_t sum = 0, used = 0;
+    for (std::int64_t n : layer) {
+      EXPECT_LE(n, tokens);  // a token goes to k different experts
+      sum += n;
+      used += n > 0;
+    }
+    EXPECT_EQ(sum, tokens * K);
+    EXPECT_GE(used, 3);
+  }
+  Load alone(2, std::vector<std::int64_t>(E, 0));
+  for (const auto& p : prompts) {
+    const Load one = run({p}, true);
+    for (std::size_t l = 0; l < one.size(); ++l) {
+      for (std::int64_t e = 0; e < E; ++e) alone[l][e] += one[l][e];
+    }
+  }
+  EXPECT_EQ(batched, alone);
+  EXPECT_EQ(run(prompts, false), batched);  // the torch path routes and counts the same
 }
 
 TEST_F(TinyLlama, Bf16AndFp16CloseToFp32) {
@@ -400,6 +577,24 @@ TEST_F(TinyLlama, ErrorsNameTheKeyOrTensor) {
                          {"original_max_position_embeddings", 64}};
   }));
   EXPECT_TRUE(has(e, "low_freq_factor")) << e;
+  e = load_error(config_copy(llama_dir(), "linear-no-factor", [](json& c) { c["rope_scaling"] = {{"type", "linear"}}; }));
+  EXPECT_TRUE(has(e, "rope_scaling.factor") && has(e, "missing")) << e;
+  e = load_error(config_copy(llama_dir(), "dynamic-string-factor", [](json& c) {
+    c["rope_scaling"] = {{"type", "dynamic"}, {"factor", "2"}};
+  }));
+  EXPECT_TRUE(has(e, "rope_scaling.factor") && has(e, "\"2\"")) << e;
+  e = load_error(config_copy(llama_dir(), "linear-small-factor", [](json& c) {
+    c["rope_scaling"] = {{"type", "linear"}, {"factor", 0.5}};
+  }));
+  EXPECT_TRUE(has(e, "rope_scaling.factor") && has(e, "0.5")) << e;
+  {  // Mistral in transformers 4.39 has no rope scaling: refused, not ignored.
+    const std::string mistral = (*root_ / "mistral").string();
+    make_llama_checkpoint(mistral, "tiny-mistral", 11, kVocab);
+    e = load_error(config_copy(mistral, "mistral-linear", [](json& c) {
+      c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+    }));
+    EXPECT_TRUE(has(e, "rope_scaling") && has(e, "linear") && has(e, "mistral")) << e;
+  }
   e = load_error(config_copy(llama_dir(), "bias", [](json& c) { c["attention_bias"] = true; }));
   EXPECT_TRUE(has(e, "attention_bias")) << e;
   e = load_error(config_copy(llama_dir(), "act", [](json& c) { c["hidden_act"] = "gelu"; }));
