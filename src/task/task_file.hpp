@@ -24,9 +24,44 @@ struct TaskFile {
   std::string target_delimiter = " ";
   std::string fewshot_delimiter = "\n\n";
   std::string toml_text;        // the file's text, for provenance and lm-eval's results "configs"
-  // ... the templates and the other settings (implementation's choice)
+
+  // Templates (task/template.hpp syntax), checked when the file is read.
+  std::string description;      // rendered per document, prefix of every prompt
+  std::string doc_to_text;
+  std::string doc_to_target;
+  // doc_to_choice: one template whose value is a list (choice_template_is_list), or one template per
+  // choice. Empty for generate_until / loglikelihood.
+  std::vector<std::string> doc_to_choice;
+  bool choice_template_is_list = false;
+  // lm-eval's multiple_input (Winogrande's partial scoring): doc_to_text renders the gold index,
+  // doc_to_choice the per-choice contexts, doc_to_target the shared continuation.
+  bool multiple_input = false;
+
+  // [[preprocess]]: applied in order to every document before the templates, like lm-eval's
+  // process_docs. Each rule names `field` and does one thing: set it from a template, strip it,
+  // replace a literal, or replace a regex (ECMAScript syntax, $1 in the replacement); a list of
+  // strings is processed element by element.
+  struct Preprocess {
+    std::string field;
+    enum Kind { kSet, kStrip, kReplace, kRegex } kind = kSet;
+    std::string a;  // kSet: template; kReplace/kRegex: what is replaced
+    std::string b;  // kReplace/kRegex: replacement
+  };
+  std::vector<Preprocess> preprocess;
+
+  // generate_until only (the generation flow reads them; lm-eval's generation_kwargs and filters).
+  std::vector<std::string> until;
+  int max_gen_toks = 256;
+  std::string extract_regex;        // answer extraction; "" = the whole generation
+  int extract_group_select = 0;     // which match: 0 first, -1 last (lm-eval's group_select)
+  std::string extract_fallback = "[invalid]";
+  bool ignore_case = false;         // exact_match settings
+  bool ignore_punctuation = false;
+  bool strip = true;
+  std::vector<std::string> regexes_to_ignore;
 };
 
+// output_type is also "loglikelihood" (lm-eval's LAMBADA): one request (text, target_delimiter + target).
 // InputError (exit 2) naming the file and key for an unreadable file, an unknown key, a wrong type.
 TaskFile read_task_file(const std::string& path);
 
