@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <filesystem>
 #include <random>
 
@@ -19,6 +21,8 @@
 #include "model/llama.hpp"
 #include "model/registry.hpp"
 #include "task/generate_until.hpp"
+#include "task/mc_report.hpp"
+#include "task/task_file.hpp"
 #include "test_util.hpp"
 #include "tokenizer/decoder_tokenizer.hpp"
 
@@ -246,6 +250,62 @@ TEST_F(TinyLlamaMc, TextDocumentEncodesToASharedContextAndScoresAsEachRequestAlo
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("tiny.jsonl:1 (choice 1)"), std::string::npos) << e.what();
   }
+}
+
+// A task file through the task-file reader (task/task_file.hpp), 1-shot: every document's requests
+// encode to one shared context, the shared scores equal each request alone and the naive forward, and
+// the samples lines carry the decisions.
+TEST_F(TinyLlamaMc, TaskFileDocumentsScoreTheSameSharedOrAlone) {
+  const fs::path dir = testing::make_temp_dir("evalrun-mc-task");
+  std::ofstream(dir / "docs.jsonl")
+      << R"({"question": "Which is a liquid?", "choices": {"text": ["rock", "water", "ice"], "label": ["A", "B", "C"]}, "answerKey": "B"})"
+      << "\n"
+      << R"({"question": "What gives light?", "choices": {"text": ["sun", "moon", "caf\u00e9"], "label": ["A", "B", "C"]}, "answerKey": "A"})"
+      << "\n"
+      << R"({"question": "What is cold?", "choices": {"text": ["ice", "fire"], "label": ["A", "B"]}, "answerKey": "A"})"
+      << "\n";
+  std::ofstream(dir / "arc.toml") << "name = \"arc_like\"\noutput_type = \"multiple_choice\"\ndataset = \"docs.jsonl\"\n"
+                                     "doc_to_text = \"Question: {{question}}\\nAnswer:\"\n"
+                                     "doc_to_choice = \"{{choices.text}}\"\n"
+                                     "doc_to_target = \"{{choices.label.index(answerKey)}}\"\n";
+  const TaskFile task = read_task_file((dir / "arc.toml").string());
+  FewshotSpec fewshot;
+  fewshot.num_fewshot = 1;
+  const auto documents = build_task_documents(task, "", fewshot, 0);
+  ASSERT_EQ(documents.size(), 3u);
+  const auto tok = DecoderTokenizer::from_dir(dir_->string());
+  const Encode enc = [&](std::string_view s) { return tok.encode(s); };
+  const Encode plain = [&](std::string_view s) { return tok.encode_without_bos(s); };
+  std::vector<McDocWork> work;
+  std::uint64_t request = 0;
+  for (std::size_t d = 0; d < documents.size(); ++d) {
+    EXPECT_NE(documents[d].requests.front().context.find("\n\n"), std::string::npos) << "1-shot prompt expected";
+    work.push_back(make_mc_work(d, documents[d], request, enc, plain, tok.bos_id(), 256));
+    request += documents[d].requests.size();
+    EXPECT_GT(shared_context_length(work.back()), 0u) << d;
+  }
+  McOptions shared, alone;
+  shared.batch_size = 2;
+  alone.share_context = false;
+  const auto a = score_mc_documents(*model_, work, shared), b = score_mc_documents(*model_, work, alone);
+  for (std::size_t d = 0; d < documents.size(); ++d) {
+    std::vector<double> ll;
+    for (std::size_t c = 0; c < documents[d].requests.size(); ++c) {
+      EXPECT_NEAR(a[d].choices[c].loglikelihood, b[d].choices[c].loglikelihood, 1e-5) << d << "/" << c;
+      LoglikTokens t = encode_loglik_pair(documents[d].requests[c].context, documents[d].requests[c].continuation, enc,
+                                          plain, tok.bos_id());
+      EXPECT_NEAR(a[d].choices[c].loglikelihood, naive(t).first, 1e-4) << d << "/" << c;
+      ll.push_back(a[d].choices[c].loglikelihood);
+    }
+    const auto decision = decide_multiple_choice(ll, documents[d].choices, documents[d].gold, documents[d].where);
+    const auto line = nlohmann::json::parse(lm_eval_sample_line(documents[d], a[d], decision));
+    EXPECT_EQ(line["doc_id"], documents[d].doc_id);
+    EXPECT_EQ(line["target"], documents[d].gold);
+    EXPECT_EQ(line["acc"], decision.acc ? 1.0 : 0.0);
+    EXPECT_EQ(line["arguments"].size(), documents[d].requests.size());
+    EXPECT_EQ(line["doc_hash"].get<std::string>().size(), 64u);
+  }
+  fs::remove_all(dir);
 }
 
 // tiny-mistral's sliding window of 8: documents around the window (cache 4..14 slots) and batches that
