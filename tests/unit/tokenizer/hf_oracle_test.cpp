@@ -288,6 +288,86 @@ TEST(HfOracleBert, TokenizerJsonWinsOverVocabTxt) {
 namespace evalrun {
 namespace {
 
+// XLM-R as a tokenizer.json: the file transformers' XLMRobertaConverter writes of the xlmr-qa and
+// xlmr-mlm fixtures' sentencepiece Unigram model (Precompiled charsmap normalizer, Metaspace, Unigram
+// over fairseq's ids), read by the encoder tasks (Precompiled + Unigram in HfTokenizer), against the
+// slow XLMRobertaTokenizer path (sentencepiece itself): the fixtures' Hugging Face ids, and the same
+// ids as sentencepiece on every SQuAD dev context and question.
+TEST(HfOracleXlmr, UnigramTokenizerJsonGivesTheSentencepieceIds) {
+  EVALRUN_REQUIRE_SHARED_DATA(data);
+  std::size_t checked = 0;
+  const fs::path tmp = testing::make_temp_dir("evalrun-xlmr-json");
+  for (const std::string fixture : {"xlmr-qa", "xlmr-mlm"}) {
+    const fs::path dir = fs::path(data) / "oracle" / fixture;
+    const auto conv = convert_slow_tokenizer(dir.string(), "XLMRobertaTokenizer");
+    ASSERT_TRUE(conv.has_value());
+    const json file = json::parse(conv->tokenizer_json);
+    EXPECT_EQ(file["model"]["type"], "Unigram");
+    EXPECT_EQ(file["normalizer"]["normalizers"][0]["type"], "Precompiled");
+    std::ofstream(tmp / "tokenizer.json") << conv->tokenizer_json;
+    copy_if_exists(dir / "tokenizer_config.json", tmp / "tokenizer_config.json");
+    copy_if_exists(dir / "special_tokens_map.json", tmp / "special_tokens_map.json");
+    copy_if_exists(dir / "sentencepiece.bpe.model", tmp / "sentencepiece.bpe.model");  // tokenizer.json wins
+    const EncoderTokenizer fast = EncoderTokenizer::from_dir(tmp.string());
+    const EncoderTokenizer slow = EncoderTokenizer::from_dir(dir.string());
+    EXPECT_EQ(fast.vocab_file(), (tmp / "tokenizer.json").string());
+    EXPECT_EQ(slow.vocab_file(), (dir / "sentencepiece.bpe.model").string());
+    for (const auto& [a, b] : {std::pair{&slow.single(), &fast.single()}, std::pair{&slow.pair(), &fast.pair()}}) {
+      EXPECT_EQ(a->before, b->before) << fixture;
+      EXPECT_EQ(a->between, b->between) << fixture;
+      EXPECT_EQ(a->after, b->after) << fixture;
+      EXPECT_EQ(a->has_types(), b->has_types()) << fixture;
+    }
+    const SpecialTokens& sf = fast.special();
+    const SpecialTokens& ss = slow.special();
+    EXPECT_EQ((Ids{sf.bos, sf.eos, sf.pad, sf.unk, sf.mask}), (Ids{ss.bos, ss.eos, ss.pad, ss.unk, ss.mask})) << fixture;
+    EXPECT_EQ(fast.vocab_size(), slow.vocab_size());
+    const H5Reader ref((dir / "reference.h5").string());
+    for (const auto& id : ref.read_strings("/ids")) {
+      const std::string g = "/samples/" + id;
+      if (fixture == "xlmr-mlm") {
+        const Encoding e = fast.encode(ref.attr_string(g, "text"));
+        EXPECT_EQ(framed(fast.single(), e.ids, nullptr), ref.read_i64(g + "/input_ids")) << fixture << " " << id;
+      } else {
+        const Encoding q = fast.encode(ref.attr_string(g, "question")), c = fast.encode(ref.attr_string(g, "context"));
+        EXPECT_EQ(framed(fast.pair(), q.ids, &c.ids), ref.read_i64(g + "/input_ids")) << fixture << " " << id;
+      }
+      ++checked;
+    }
+    if (fixture != "xlmr-qa") continue;
+    // SQuAD dev (the 1,000-piece model leaves many characters unk: fused unk runs, Viterbi ties).
+    const json squad = json::parse(std::ifstream(fs::path(data) / "squad/dev-v1.1.json"));
+    std::vector<std::string> texts = {"a <mask> b", "  two  spaces ", "caf\u00e9 \u65e5\u672c \U0001F600!", "x\t\ty\n", "",
+                                      "\uff21\uff22\uff23 \u2160 \ufb01ne", "e\u0301 \u1100\u1161"};
+    for (const auto& article : squad["data"]) {
+      for (const auto& p : article["paragraphs"]) {
+        texts.push_back(p["context"].get<std::string>());
+        for (const auto& qa : p["qas"]) texts.push_back(qa["question"].get<std::string>());
+      }
+    }
+    std::size_t bad = 0, offsets_differ = 0;
+    for (const std::string& t : texts) {
+      const Encoding got = fast.encode(t), want = slow.encode(t);
+      // Offsets follow the crate's alignment (the prepended "▁" spans the word's first character,
+      // an lstrip <mask> its space), not sentencepiece's: counted, not compared.
+      if (got.offsets != want.offsets) ++offsets_differ;
+      if (got.ids == want.ids) continue;
+      if (++bad <= 3) {
+        std::size_t k = 0;
+        while (k < got.ids.size() && k < want.ids.size() && got.ids[k] == want.ids[k]) ++k;
+        ADD_FAILURE() << "text " << quote(t).substr(0, 300) << ": first difference at token " << k << "\n  want "
+                      << show(want.ids).substr(0, 300) << "\n  got  " << show(got.ids).substr(0, 300);
+      }
+    }
+    EXPECT_EQ(bad, 0u) << bad << " of " << texts.size() << " texts differ";
+    EXPECT_GT(texts.size(), 12000u);
+    std::cout << "xlmr: " << texts.size() - bad << " of " << texts.size() << " texts give sentencepiece's ids; offsets differ on "
+              << offsets_differ << "\n";
+  }
+  EXPECT_EQ(checked, 12u);
+  fs::remove_all(tmp);
+}
+
 // The roberta-base files as the tokenizer.json RobertaTokenizerFast saves: ByteLevel pre-tokenizer,
 // RobertaProcessing with trim_offsets, <mask> with lstrip.
 json roberta_tokenizer_json(const fs::path& dir) {
