@@ -261,26 +261,55 @@ EncoderTokenizer EncoderTokenizer::from_dir(const std::string& dir) {
   if (config.contains("tokenizer_class") && config["tokenizer_class"].is_string()) {
     tokenizer_class = config["tokenizer_class"].get<std::string>();
   }
-  const bool fast_file = fs::exists(d / "tokenizer.json");
-  if (!fast_file && (tokenizer_class == "XLMRobertaTokenizer" || tokenizer_class == "XLMRobertaTokenizerFast")) {
-    return xlm_roberta(dir);
-  }
-  const auto converted = fast_file ? std::nullopt : convert_slow_tokenizer(dir, tokenizer_class);
+  // tokenizer.json wins over every slow file, as transformers' AutoTokenizer loads the fast tokenizer.
+  const fs::path fast_file = d / "tokenizer.json";
+  if (fs::exists(fast_file)) return from_hf(HfTokenizer::from_file(fast_file.string()), dir, {fast_file});
+  if (tokenizer_class == "XLMRobertaTokenizer" || tokenizer_class == "XLMRobertaTokenizerFast") return xlm_roberta(dir);
+  const auto converted = convert_slow_tokenizer(dir, tokenizer_class);
   if (!converted) return EncoderTokenizer(ByteLevelBPE::from_dir(dir));
-
-  EncoderTokenizer t;
-  const auto hf = std::make_shared<const HfTokenizer>(
-      HfTokenizer::from_json_text(converted->tokenizer_json, converted->name, read_file(config_path.string())));
-  t.hf_ = hf;
-  const std::string file = config_path.string();
-  t.special_.pad = special_id(*hf, config, file, "pad_token");
-  t.special_.unk = special_id(*hf, config, file, "unk_token");
-  t.special_.mask = special_id(*hf, config, file, "mask_token");
-  t.single_ = frame_of(*hf, false, converted->name);
-  t.pair_ = frame_of(*hf, true, converted->name);
-  t.vocab_file_ = converted->files.front();
+  const std::string config_text = fs::exists(config_path) ? read_file(config_path.string()) : std::string();
   std::vector<fs::path> files(converted->files.begin(), converted->files.end());
-  files.push_back(config_path);
+  return from_hf(HfTokenizer::from_json_text(converted->tokenizer_json, converted->name, config_text), dir, files);
+}
+
+EncoderTokenizer EncoderTokenizer::from_hf(HfTokenizer tok, const std::string& dir, std::vector<fs::path> files) {
+  const fs::path d(dir);
+  EncoderTokenizer t;
+  const auto hf = std::make_shared<const HfTokenizer>(std::move(tok));
+  t.hf_ = hf;
+  // The special tokens as transformers reads them: tokenizer_config.json, then special_tokens_map.json
+  // over it; a key neither names is RoBERTa's default name when the vocabulary has it (as ByteLevelBPE).
+  const fs::path config_path = d / "tokenizer_config.json", map_path = d / "special_tokens_map.json";
+  const json config = read_config(config_path), map = read_config(map_path);
+  auto id_of = [&](const char* key, const char* fallback) {
+    const std::int64_t from_map = special_id(*hf, map, map_path.string(), key);
+    if (from_map >= 0) return from_map;
+    const std::int64_t from_config = special_id(*hf, config, config_path.string(), key);
+    if (from_config >= 0 || config.contains(key) || map.contains(key)) return from_config;
+    return hf->token_to_id(fallback);
+  };
+  t.special_.bos = id_of("bos_token", "<s>");
+  t.special_.eos = id_of("eos_token", "</s>");
+  t.special_.pad = id_of("pad_token", "<pad>");
+  t.special_.unk = id_of("unk_token", "<unk>");
+  t.special_.mask = id_of("mask_token", "<mask>");
+  t.single_ = frame_of(*hf, false, hf->file());
+  t.pair_ = frame_of(*hf, true, hf->file());
+  // Type ids only where the post-processor gives the second text its own type (BERT). RoBERTa- and
+  // XLM-R-style frames type everything 0, and their tokenizers return no token_type_ids at all.
+  auto zero = [](const std::vector<std::int64_t>& v) { return std::all_of(v.begin(), v.end(), [](auto x) { return x == 0; }); };
+  const EncoderFrame& p = t.pair_;
+  if (p.a_type == 0 && p.b_type == 0 && zero(p.before_types) && zero(p.between_types) && zero(p.after_types)) {
+    for (EncoderFrame* f : {&t.single_, &t.pair_}) {
+      f->before_types.clear();
+      f->between_types.clear();
+      f->after_types.clear();
+    }
+  }
+  t.vocab_file_ = files.front().string();
+  for (const fs::path& p : {config_path, map_path}) {
+    if (fs::exists(p)) files.push_back(p);
+  }
   t.sha256_ = sha256_files(files);
   return t;
 }

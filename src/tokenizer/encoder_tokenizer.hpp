@@ -1,18 +1,20 @@
 // The tokenizer of an encoder checkpoint (the qa and mlm tasks): text -> ids with code-point offsets,
 // the special tokens around one text or a pair, their token type ids, and decoding.
 //
-// Model: a slow class transformers converts (tokenizer_config.json tokenizer_class with a row in
-// slow_converters.cpp: BertTokenizer, DistilBertTokenizer) is read through that conversion and run by
+// Model: a tokenizer.json first (as a fast tokenizer loads), run by HfTokenizer whatever its stages;
+// else a slow class transformers converts (tokenizer_config.json tokenizer_class with a row in
+// slow_converters.cpp: BertTokenizer, DistilBertTokenizer), read through that conversion and run by
 // HfTokenizer; XLMRobertaTokenizer (sentencepiece.bpe.model) as the slow class runs it: added tokens
 // split out first (<mask> lstrip), each other part through sentencepiece, piece ids + 1 (fairseq:
 // <s> 0, <pad> 1, </s> 2, <unk> 3, <mask> last), offsets as sentencepiece reports them; everything
-// else as ByteLevelBPE::from_dir reads it (RoBERTa's vocab.json + merges.txt,
-// or a byte-level BPE tokenizer.json). The frame (what the post-processor puts around the texts) is
-// RoBERTa's `<s> A </s>` / `<s> A </s></s> B </s>` without type ids for ByteLevelBPE, and whatever the
-// converted post-processor adds otherwise (BERT: `[CLS] A [SEP] B [SEP]`, types 0 .. 0 1 .. 1).
+// else as ByteLevelBPE::from_dir reads RoBERTa's vocab.json + merges.txt. The frame (what the
+// post-processor puts around the texts) is RoBERTa's `<s> A </s>` / `<s> A </s></s> B </s>` without
+// type ids for ByteLevelBPE and XLM-R, and whatever the file's post-processor adds otherwise (BERT:
+// `[CLS] A [SEP] B [SEP]`, types 0 .. 0 1 .. 1; a frame typing everything 0 gives no type ids).
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -54,6 +56,9 @@ class EncoderTokenizer {
  private:
   EncoderTokenizer() = default;
   static EncoderTokenizer xlm_roberta(const std::string& dir);
+  // A tokenizer.json (or a slow class's conversion) read from `files`: special tokens from the
+  // directory's tokenizer_config.json / special_tokens_map.json, frames from the post-processor.
+  static EncoderTokenizer from_hf(HfTokenizer tok, const std::string& dir, std::vector<std::filesystem::path> files);
   std::shared_ptr<const ByteLevelBPE> bpe_;
   std::shared_ptr<const HfTokenizer> hf_;
   std::shared_ptr<const XlmrSentencePiece> xlmr_;

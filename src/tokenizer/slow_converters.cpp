@@ -1,5 +1,7 @@
 #include "tokenizer/slow_converters.hpp"
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -180,6 +182,160 @@ json bert(const fs::path& dir, const json& config, const std::string& config_fil
             {"vocab", vocab}}}};
 }
 
+// The fields of sentencepiece's ModelProto (sentencepiece_model.proto) the XLM-R conversion reads,
+// from the protobuf wire format: pieces (1: piece, 2: score, 3: type), trainer_spec.model_type,
+// normalizer_spec.precompiled_charsmap.
+struct SpModel {
+  struct Piece {
+    std::string piece;
+    float score = 0;
+  };
+  std::vector<Piece> pieces;
+  std::int64_t model_type = 1;  // UNIGRAM, the proto's default
+  std::string precompiled_charsmap;
+};
+
+class ProtoReader {
+ public:
+  ProtoReader(std::string_view data, std::string where) : data_(data), where_(std::move(where)) {}
+  bool done() const { return pos_ >= data_.size(); }
+  std::uint64_t varint() {
+    std::uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (done()) bad("a varint runs past the end");
+      const auto b = static_cast<unsigned char>(data_[pos_++]);
+      v |= static_cast<std::uint64_t>(b & 0x7F) << shift;
+      if ((b & 0x80) == 0) return v;
+    }
+    bad("a varint is longer than 10 bytes");
+  }
+  std::string_view bytes(std::size_t n) {
+    if (n > data_.size() - pos_) bad("a field runs past the end");
+    const std::string_view v = data_.substr(pos_, n);
+    pos_ += n;
+    return v;
+  }
+  // The next field: (number, wire type); its value is then read with the calls below.
+  std::pair<std::uint64_t, int> tag() {
+    const std::uint64_t t = varint();
+    return {t >> 3, static_cast<int>(t & 7)};
+  }
+  std::string_view length_delimited() { return bytes(static_cast<std::size_t>(varint())); }
+  float fixed32_float() {
+    const std::string_view b = bytes(4);
+    std::uint32_t u = 0;
+    for (int k = 3; k >= 0; --k) u = (u << 8) | static_cast<unsigned char>(b[static_cast<std::size_t>(k)]);
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+  }
+  void skip(int wire) {
+    switch (wire) {
+      case 0: varint(); break;
+      case 1: bytes(8); break;
+      case 2: length_delimited(); break;
+      case 5: bytes(4); break;
+      default: bad("wire type " + std::to_string(wire) + " is not a protobuf one");
+    }
+  }
+  [[noreturn]] void bad(const std::string& what) const {
+    throw InputError(where_, "not a sentencepiece model: " + what + " (byte " + std::to_string(pos_) + ")");
+  }
+
+ private:
+  std::string_view data_;
+  std::string where_;
+  std::size_t pos_ = 0;
+};
+
+SpModel read_sp_model(const fs::path& p) {
+  const std::string data = read_file(p.string());
+  SpModel m;
+  ProtoReader r(data, p.string());
+  while (!r.done()) {
+    const auto [field, wire] = r.tag();
+    if (field == 1 && wire == 2) {
+      ProtoReader pr(r.length_delimited(), p.string());
+      SpModel::Piece piece;
+      while (!pr.done()) {
+        const auto [f, w] = pr.tag();
+        if (f == 1 && w == 2) piece.piece = std::string(pr.length_delimited());
+        else if (f == 2 && w == 5) piece.score = pr.fixed32_float();
+        else pr.skip(w);
+      }
+      m.pieces.push_back(std::move(piece));
+    } else if ((field == 2 || field == 3) && wire == 2) {
+      ProtoReader sub(r.length_delimited(), p.string());
+      while (!sub.done()) {
+        const auto [f, w] = sub.tag();
+        if (field == 2 && f == 3 && w == 0) m.model_type = static_cast<std::int64_t>(sub.varint());
+        else if (field == 3 && f == 2 && w == 2) m.precompiled_charsmap = std::string(sub.length_delimited());
+        else sub.skip(w);
+      }
+    } else {
+      r.skip(wire);
+    }
+  }
+  if (m.pieces.size() < 3) throw InputError(p.string(), "a sentencepiece model with " + std::to_string(m.pieces.size()) + " pieces");
+  for (std::size_t i = 0; i < m.pieces.size(); ++i) {
+    if (find_invalid_utf8(m.pieces[i].piece) != std::string::npos) {
+      throw InputError(p.string(), "piece " + std::to_string(i) + " is not valid UTF-8");
+    }
+  }
+  return m;
+}
+
+std::string base64_encode(std::string_view in) {
+  static const char* const digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (std::size_t i = 0; i < in.size(); i += 3) {
+    const std::size_t n = std::min<std::size_t>(3, in.size() - i);
+    std::uint32_t v = 0;
+    for (std::size_t k = 0; k < 3; ++k) v = (v << 8) | (k < n ? static_cast<unsigned char>(in[i + k]) : 0u);
+    for (std::size_t k = 0; k < 4; ++k) out.push_back(k <= n ? digits[(v >> (18 - 6 * k)) & 63] : '=');
+  }
+  return out;
+}
+
+// transformers' XLMRobertaConverter (an SpmConverter): the model's precompiled_charsmap, then
+// right-strip and runs of spaces to one "▁"; Metaspace "▁" prepended always; Unigram over fairseq's
+// vocabulary (<s> <pad> </s> <unk>, the pieces after sentencepiece's first three with their scores,
+// <mask>; unk 3); <s> A </s> / <s> A </s> </s> B </s>; Metaspace decoder.
+json xlm_roberta(const fs::path& dir, const json& config, const std::string& config_file) {
+  const fs::path model_file = dir / "sentencepiece.bpe.model";
+  const SpModel m = read_sp_model(model_file);
+  if (m.model_type != 1) {
+    throw InputError(model_file.string(), "trainer_spec.model_type " + std::to_string(m.model_type) +
+                                              " is not supported for XLMRobertaTokenizer (supported: 1, unigram)");
+  }
+  json vocab = json::array({json::array({"<s>", 0.0}), json::array({"<pad>", 0.0}), json::array({"</s>", 0.0}),
+                            json::array({"<unk>", 0.0})});
+  for (std::size_t i = 3; i < m.pieces.size(); ++i) vocab.push_back(json::array({m.pieces[i].piece, m.pieces[i].score}));
+  vocab.push_back(json::array({"<mask>", 0.0}));
+  json normalizers = json::array();
+  if (!m.precompiled_charsmap.empty()) {
+    normalizers.push_back({{"type", "Precompiled"}, {"precompiled_charsmap", base64_encode(m.precompiled_charsmap)}});
+  }
+  normalizers.push_back({{"type", "Strip"}, {"strip_left", false}, {"strip_right", true}});
+  normalizers.push_back({{"type", "Replace"}, {"pattern", {{"Regex", " {2,}"}}}, {"content", "\u2581"}});
+  const json metaspace = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "always"}, {"split", true}};
+  auto special = [](const char* id) { return json{{"SpecialToken", {{"id", id}, {"type_id", 0}}}}; };
+  auto sequence = [](const char* id) { return json{{"Sequence", {{"id", id}, {"type_id", 0}}}}; };
+  return {{"version", "1.0"},
+          {"added_tokens", added_tokens(config, config_file)},
+          {"normalizer", {{"type", "Sequence"}, {"normalizers", normalizers}}},
+          {"pre_tokenizer", metaspace},
+          {"post_processor",
+           {{"type", "TemplateProcessing"},
+            {"single", {special("<s>"), sequence("A"), special("</s>")}},
+            {"pair", {special("<s>"), sequence("A"), special("</s>"), special("</s>"), sequence("B"), special("</s>")}},
+            {"special_tokens",
+             {{"<s>", {{"id", "<s>"}, {"ids", {0}}, {"tokens", {"<s>"}}}},
+              {"</s>", {{"id", "</s>"}, {"ids", {2}}, {"tokens", {"</s>"}}}}}}}},
+          {"decoder", metaspace},
+          {"model", {{"type", "Unigram"}, {"unk_id", 3}, {"vocab", vocab}, {"byte_fallback", false}}}};
+}
+
 struct Converter {
   const char* tokenizer_class;
   std::vector<const char*> files;  // what the class reads besides tokenizer_config.json
@@ -189,6 +345,7 @@ const Converter kConverters[] = {
     {"Qwen2Tokenizer", {"vocab.json", "merges.txt"}, qwen2},
     {"BertTokenizer", {"vocab.txt"}, bert},
     {"DistilBertTokenizer", {"vocab.txt"}, bert},
+    {"XLMRobertaTokenizer", {"sentencepiece.bpe.model"}, xlm_roberta},
 };
 
 }  // namespace

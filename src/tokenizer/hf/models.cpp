@@ -1,8 +1,11 @@
-// tokenizer.json models: BPE, WordPiece, WordLevel. A model turns one pre-tokenized piece into tokens.
+// tokenizer.json models: BPE, WordPiece, Unigram, WordLevel. A model turns one pre-tokenized piece into tokens.
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <queue>
 #include <unordered_map>
 
+#include "common/errors.hpp"
 #include "tokenizer/hf/pipeline.hpp"
 
 namespace evalrun::hf {
@@ -258,6 +261,163 @@ class WordPiece : public Model {
   std::int64_t unk_ = -1;
 };
 
+// Unigram (sentencepiece's model, as the crate runs it): the best-scoring split of the piece into
+// vocabulary entries (Viterbi over byte positions at character starts, each entry's log-probability
+// score), a character no entry starts with costing the lowest score - 10 as unk; runs of unk fused
+// into one token; with byte_fallback an unk run the vocabulary lacks becomes its <0xXX> byte tokens.
+// Ties keep the first path found (the earlier start, then the shorter entry), as the crate does.
+class Unigram : public Model {
+ public:
+  Unigram(const json& j, const JsonPath& at) : where_(at.str()) {
+    const json& vocab = get_required(j, at, "vocab");
+    if (!vocab.is_array() || vocab.empty()) fail(at / "vocab", "expected a non-empty list of [piece, score]");
+    pieces_.reserve(vocab.size());
+    scores_.reserve(vocab.size());
+    double min_score = std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i < vocab.size(); ++i) {
+      const json& e = vocab[i];
+      if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number()) {
+        fail((at / "vocab")[i], "expected [piece, score], got " + e.dump());
+      }
+      pieces_.push_back(e[0].get<std::string>());
+      scores_.push_back(e[1].get<double>());
+      min_score = std::min(min_score, scores_.back());
+      // A piece listed twice resolves to its last id, as the crate's map does.
+      to_id_[pieces_.back()] = static_cast<std::int64_t>(i);
+    }
+    unk_score_ = min_score - 10.0;
+    for (const auto& [piece, id] : to_id_) trie_add(piece, id);
+    unk_ = get_int(j, at, "unk_id", -1);
+    if (unk_ >= static_cast<std::int64_t>(pieces_.size()) || (j.contains("unk_id") && !j["unk_id"].is_null() && unk_ < 0)) {
+      fail(at / "unk_id", std::to_string(unk_) + " is not an index of the vocab's " + std::to_string(pieces_.size()) + " entries");
+    }
+    byte_fallback_ = get_bool(j, at, "byte_fallback", false);
+    if (byte_fallback_) {
+      for (int b = 0; b < 256; ++b) {
+        char name[8];
+        std::snprintf(name, sizeof name, "<0x%02X>", b);
+        auto it = to_id_.find(name);
+        byte_ids_[b] = it == to_id_.end() ? -1 : it->second;
+      }
+    }
+  }
+
+  void tokenize(const std::u32string& piece, std::vector<ModelToken>& out) const override {
+    if (piece.empty()) return;
+    // Bytes of the piece and the code point each byte belongs to (offsets are in code points).
+    std::string bytes;
+    std::vector<std::size_t> cp_at;  // per byte, plus one past the end
+    for (std::size_t i = 0; i < piece.size(); ++i) {
+      const std::size_t before = bytes.size();
+      bytes += to_utf8(std::u32string_view(&piece[i], 1));
+      cp_at.insert(cp_at.end(), bytes.size() - before, i);
+    }
+    cp_at.push_back(piece.size());
+    const std::size_t n = bytes.size();
+    struct Best {
+      double score = 0;
+      std::size_t start = 0;
+      std::int64_t id = -1;  // -1: not reached
+    };
+    std::vector<Best> best(n + 1);
+    best[0].id = 0;
+    for (std::size_t start = 0; start < n;) {
+      const std::size_t char_end = start + utf8_length(static_cast<unsigned char>(bytes[start]), n - start);
+      const double here = best[start].score;
+      bool single = false;
+      auto offer = [&](std::size_t end, std::int64_t id, double score) {
+        Best& b = best[end];
+        if (b.id < 0 || here + score > b.score) b = {here + score, start, id};
+      };
+      int node = 0;
+      for (std::size_t k = start; k < n; ++k) {
+        auto it = children_.find(child_key(node, static_cast<unsigned char>(bytes[k])));
+        if (it == children_.end()) break;
+        node = it->second;
+        const std::int64_t id = node_id_[static_cast<std::size_t>(node)];
+        if (id < 0) continue;
+        offer(k + 1, id, scores_[static_cast<std::size_t>(id)]);
+        single = single || k + 1 == char_end;
+      }
+      if (!single) {
+        if (unk_ < 0) throw InputError(where_ + ".unk_id", "is null, and the text has a character no piece covers");
+        offer(char_end, unk_, unk_score_);
+      }
+      start = char_end;
+    }
+    // Back from the end; unk runs fused into one token.
+    std::vector<std::pair<std::size_t, std::size_t>> spans;  // byte spans, last first
+    std::vector<bool> unk;
+    for (std::size_t end = n; end > 0;) {
+      const Best& b = best[end];
+      const bool is_unk = b.id == unk_;
+      if (is_unk && !unk.empty() && unk.back()) spans.back().first = b.start;
+      else {
+        spans.emplace_back(b.start, end);
+        unk.push_back(is_unk);
+      }
+      end = b.start;
+    }
+    for (std::size_t k = spans.size(); k-- > 0;) {
+      const auto [b, e] = spans[k];
+      const std::size_t cb = cp_at[b], ce = cp_at[e];
+      auto it = to_id_.find(bytes.substr(b, e - b));
+      if (it != to_id_.end()) {
+        out.push_back({it->second, cb, ce});
+        continue;
+      }
+      if (byte_fallback_) {
+        bool all = true;
+        for (std::size_t x = b; x < e; ++x) all = all && byte_ids_[static_cast<unsigned char>(bytes[x])] >= 0;
+        if (all) {
+          for (std::size_t x = b; x < e; ++x) out.push_back({byte_ids_[static_cast<unsigned char>(bytes[x])], cb, ce});
+          continue;
+        }
+      }
+      out.push_back({unk_, cb, ce});
+    }
+  }
+
+  std::int64_t token_to_id(const std::string& t) const override {
+    auto it = to_id_.find(t);
+    return it == to_id_.end() ? -1 : it->second;
+  }
+  const std::string* id_to_token(std::int64_t id) const override {
+    return id >= 0 && static_cast<std::size_t>(id) < pieces_.size() ? &pieces_[static_cast<std::size_t>(id)] : nullptr;
+  }
+  std::int64_t vocab_size() const override { return static_cast<std::int64_t>(pieces_.size()); }
+
+ private:
+  static std::uint64_t child_key(int node, unsigned char c) { return (static_cast<std::uint64_t>(node) << 8) | c; }
+  // The length of the UTF-8 character starting with lead byte c (the text is valid UTF-8).
+  static std::size_t utf8_length(unsigned char c, std::size_t left) {
+    const std::size_t len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    return std::min(len, left);
+  }
+  void trie_add(const std::string& piece, std::int64_t id) {
+    if (piece.empty()) return;
+    int node = 0;
+    for (unsigned char c : piece) {
+      auto [it, fresh] = children_.try_emplace(child_key(node, c), static_cast<int>(node_id_.size()));
+      if (fresh) node_id_.push_back(-1);
+      node = it->second;
+    }
+    node_id_[static_cast<std::size_t>(node)] = id;
+  }
+
+  std::string where_;
+  std::vector<std::string> pieces_;
+  std::vector<double> scores_;
+  std::unordered_map<std::string, std::int64_t> to_id_;
+  // A byte trie of the pieces: (node, byte) -> node; node_id_[node] = the piece ending there, or -1.
+  std::unordered_map<std::uint64_t, int> children_;
+  std::vector<std::int64_t> node_id_{-1};
+  double unk_score_ = 0;
+  std::int64_t unk_ = -1;
+  bool byte_fallback_ = false;
+  std::int64_t byte_ids_[256] = {};
+};
+
 // A piece is a token or unk.
 class WordLevel : public Model {
  public:
@@ -291,6 +451,7 @@ const std::vector<Registration<Model>>& model_table() {
   static const std::vector<Registration<Model>> table = {
       {"BPE", make<Bpe>},
       {"WordPiece", make<WordPiece>},
+      {"Unigram", make<Unigram>},
       {"WordLevel", make<WordLevel>},
   };
   return table;

@@ -1,10 +1,15 @@
 // tokenizer.json normalizers. Each rewrites the aligned string in place; every output character keeps
 // the span of the input characters it came from, so offsets still point into the original text.
+#include <unicode/brkiter.h>
 #include <unicode/locid.h>
 #include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
 
+#include <cstring>
+
+#include "common/errors.hpp"
+#include "common/utf8.hpp"
 #include "tokenizer/hf/pipeline.hpp"
 
 namespace evalrun::hf {
@@ -200,6 +205,158 @@ class BertNormalizer : public Normalizer {
   bool clean_, chinese_, strip_, lower_;
 };
 
+// Standard base64 (RFC 4648, with padding), as the crate reads precompiled_charsmap.
+std::string base64_decode(const std::string& in, const JsonPath& at) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  if (in.size() % 4 != 0) fail(at, "is not base64 (its length is not a multiple of 4)");
+  std::string out;
+  out.reserve(in.size() / 4 * 3);
+  for (std::size_t i = 0; i < in.size(); i += 4) {
+    int v[4];
+    int pad = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char c = in[i + static_cast<std::size_t>(k)];
+      if (c == '=' && i + 4 == in.size() && k >= 2) {
+        v[k] = 0;
+        ++pad;
+      } else if ((v[k] = value(c)) < 0 || pad > 0) {
+        fail(at, "is not base64 (character " + std::to_string(i + static_cast<std::size_t>(k)) + ")");
+      }
+    }
+    const std::uint32_t n = (static_cast<std::uint32_t>(v[0]) << 18) | (static_cast<std::uint32_t>(v[1]) << 12) |
+                            (static_cast<std::uint32_t>(v[2]) << 6) | static_cast<std::uint32_t>(v[3]);
+    out.push_back(static_cast<char>(n >> 16));
+    if (pad < 2) out.push_back(static_cast<char>((n >> 8) & 0xFF));
+    if (pad < 1) out.push_back(static_cast<char>(n & 0xFF));
+  }
+  return out;
+}
+
+// sentencepiece's precompiled_charsmap: a little-endian u32 trie size in bytes, the trie (a Darts
+// double array of u32 units over UTF-8 bytes, each leaf an offset into the strings), then the
+// replacement strings, each ended by NUL. Rewritten as the crate does: each extended grapheme cluster
+// shorter than 6 bytes is looked up whole (the shortest key it starts with), else char by char.
+class Precompiled : public Normalizer {
+ public:
+  Precompiled(const json& j, const JsonPath& at) : where_((at / "precompiled_charsmap").str()) {
+    const JsonPath map_at = at / "precompiled_charsmap";
+    const std::string blob = base64_decode(get_string(j, at, "precompiled_charsmap", ""), map_at);
+    if (blob.size() < 4) fail(map_at, "holds " + std::to_string(blob.size()) + " bytes, too few for a charsmap");
+    std::uint32_t trie_bytes = 0;
+    for (int k = 3; k >= 0; --k) trie_bytes = (trie_bytes << 8) | static_cast<unsigned char>(blob[static_cast<std::size_t>(k)]);
+    if (trie_bytes % 4 != 0 || trie_bytes == 0 || trie_bytes > blob.size() - 4) {
+      fail(map_at, "trie size " + std::to_string(trie_bytes) + " does not fit its " + std::to_string(blob.size()) + " bytes");
+    }
+    trie_.resize(trie_bytes / 4);
+    for (std::size_t u = 0; u < trie_.size(); ++u) {
+      std::uint32_t v = 0;
+      for (int k = 3; k >= 0; --k) v = (v << 8) | static_cast<unsigned char>(blob[4 + u * 4 + static_cast<std::size_t>(k)]);
+      trie_[u] = v;
+    }
+    strings_ = blob.substr(4 + trie_bytes);
+    if (find_invalid_utf8(strings_) != std::string::npos) fail(map_at, "its replacement strings are not valid UTF-8");
+  }
+
+  void normalize(NString& s) const override {
+    if (s.size() == 0) return;
+    NString out;
+    out.s.reserve(s.size());
+    out.align.reserve(s.size());
+    std::string chunk;
+    const std::vector<std::size_t> bounds = graphemes(s.s);
+    for (std::size_t g = 0; g + 1 < bounds.size(); ++g) {
+      const std::size_t b = bounds[g], e = bounds[g + 1];
+      chunk = to_utf8(std::u32string_view(s.s).substr(b, e - b));
+      if (chunk.size() < 6) {
+        if (const char* norm = transform(chunk)) {
+          put(s, b, e, norm, out);
+          continue;
+        }
+      }
+      for (std::size_t i = b; i < e; ++i) {
+        chunk = to_utf8(std::u32string_view(&s.s[i], 1));
+        if (const char* norm = transform(chunk)) {
+          put(s, i, i + 1, norm, out);
+        } else {
+          out.s.push_back(s.s[i]);
+          out.align.push_back(s.align[i]);
+        }
+      }
+    }
+    s = std::move(out);
+  }
+
+ private:
+  // The replacement of the shortest key `chunk` starts with, or nullptr (the crate's transform()).
+  const char* transform(const std::string& chunk) const {
+    auto unit = [&](std::size_t pos) {
+      if (pos >= trie_.size()) throw InputError(where_, "the trie points outside itself (a corrupt charsmap)");
+      return trie_[pos];
+    };
+    auto offset = [](std::uint32_t u) { return static_cast<std::size_t>((u >> 10) << ((u & (1u << 9)) >> 6)); };
+    std::size_t pos = offset(unit(0));
+    for (unsigned char c : chunk) {
+      if (c == 0) break;
+      pos ^= c;
+      const std::uint32_t u = unit(pos);
+      if ((u & ((1u << 31) | 0xFFu)) != c) return nullptr;
+      pos ^= offset(u);
+      if ((u >> 8) & 1u) {
+        const std::size_t at = unit(pos) & ((1u << 31) - 1);
+        if (at >= strings_.size()) throw InputError(where_, "a replacement points outside the strings (a corrupt charsmap)");
+        return strings_.c_str() + at;  // strings_ holds its NULs; c_str() ends the last one
+      }
+    }
+    return nullptr;
+  }
+
+  // Characters [b, e) of `s` become `norm`: one to one when the counts agree, else every new
+  // character spans all the old ones (offsets then cover the whole rewritten grapheme).
+  static void put(const NString& s, std::size_t b, std::size_t e, const char* norm, NString& out) {
+    const NString n = nstring_from_utf8(std::string_view(norm, std::strlen(norm)));
+    for (std::size_t k = 0; k < n.size(); ++k) {
+      out.s.push_back(n.s[k]);
+      out.align.push_back(n.size() == e - b ? s.align[b + k] : std::pair{s.align[b].first, s.align[e - 1].second});
+    }
+  }
+
+  // Extended grapheme cluster boundaries of `s` (code point indices, 0 and s.size() included), by ICU.
+  static std::vector<std::size_t> graphemes(const std::u32string& s) {
+    const auto u = icu::UnicodeString::fromUTF32(reinterpret_cast<const UChar32*>(s.data()), static_cast<int32_t>(s.size()));
+    thread_local std::unique_ptr<icu::BreakIterator> it = [] {
+      UErrorCode st = U_ZERO_ERROR;
+      std::unique_ptr<icu::BreakIterator> b(icu::BreakIterator::createCharacterInstance(icu::Locale::getRoot(), st));
+      if (U_FAILURE(st)) b.reset();
+      return b;
+    }();
+    std::vector<std::size_t> out{0};
+    if (!it) throw std::runtime_error("ICU cannot create a grapheme break iterator");
+    it->setText(u);
+    std::size_t cp = 0;
+    int32_t unit = 0;
+    for (int32_t next = it->next(); next != icu::BreakIterator::DONE; next = it->next()) {
+      while (unit < next) {
+        unit += U16_IS_LEAD(u.charAt(unit)) && unit + 1 < u.length() ? 2 : 1;
+        ++cp;
+      }
+      out.push_back(cp);
+    }
+    if (out.back() != s.size()) out.push_back(s.size());
+    return out;
+  }
+
+  std::string where_;
+  std::vector<std::uint32_t> trie_;
+  std::string strings_;
+};
+
 class Sequence : public Normalizer {
  public:
   explicit Sequence(std::vector<std::unique_ptr<Normalizer>> parts) : parts_(std::move(parts)) {}
@@ -246,6 +403,9 @@ const std::vector<Registration<Normalizer>>& normalizer_table() {
          return std::make_unique<BertNormalizer>(get_bool(j, at, "clean_text", true),
                                                  get_bool(j, at, "handle_chinese_chars", true),
                                                  get_bool(j, at, "strip_accents", lower), lower);
+       }},
+      {"Precompiled", [](const json& j, const JsonPath& at, const BuildContext&) -> std::unique_ptr<Normalizer> {
+         return std::make_unique<Precompiled>(j, at);
        }},
       {"Sequence", [](const json& j, const JsonPath& at, const BuildContext& ctx) -> std::unique_ptr<Normalizer> {
          return std::make_unique<Sequence>(sequence_parts<Normalizer>(j, at, "normalizers", ctx, make_normalizer));

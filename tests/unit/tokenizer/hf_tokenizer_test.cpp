@@ -196,6 +196,97 @@ TEST(HfModels, WordPieceGreedyLongestAndUnk) {
   EXPECT_EQ(tok.decode({1, 2, 3, 4}), "unaffable a");
 }
 
+TEST(HfModels, UnigramViterbiUnkAndByteFallback) {
+  const std::string vocab = R"([["<unk>", 0.0], ["a", -1.0], ["b", -1.0], ["ab", -1.5], ["abc", -5.0], ["c", -2.0],
+                               ["<0xC3>", -3.0], ["<0xA9>", -3.0]])";
+  auto tok = [&](const std::string& extra) {
+    return HfTokenizer::from_json_text(file_with(R"({"type": "Unigram", "vocab": )" + vocab + extra + "}"), "t.json");
+  };
+  const auto plain = tok(R"(, "unk_id": 0)");
+  EXPECT_EQ(plain.encode("ab", false).ids, (Ids{3}));     // -1.5 beats a + b = -2
+  EXPECT_EQ(plain.encode("abc", false).ids, (Ids{3, 5}));  // ab + c = -3.5 beats abc = -5 and a + b + c = -4
+  // Characters no piece covers cost min score - 10 each, and a run of them is one unk token.
+  const HfEncoding e = plain.encode("a\u00e9\u00e9b", false);
+  EXPECT_EQ(e.ids, (Ids{1, 0, 2}));
+  EXPECT_EQ(e.offsets, (std::vector<std::pair<int, int>>{{0, 1}, {1, 3}, {3, 4}}));
+  EXPECT_EQ(tok(R"(, "unk_id": 0, "byte_fallback": true)").encode("a\u00e9\u00e9b", false).ids, (Ids{1, 6, 7, 6, 7, 2}));
+  // Equal scores: the path found first (the earlier start) is kept, as the crate does.
+  const auto tie = HfTokenizer::from_json_text(
+      file_with(R"({"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["a", -1.0], ["b", -1.0], ["ab", -2.0]]})"), "t.json");
+  EXPECT_EQ(tie.encode("ab", false).ids, (Ids{3}));
+  EXPECT_EQ(tie.decode({1, 2}), "a b");  // no decoder: tokens joined by spaces
+  // Without unk_id, a character no piece covers cannot be encoded.
+  const auto no_unk = tok("");
+  EXPECT_EQ(no_unk.encode("ab", false).ids, (Ids{3}));
+  try {
+    no_unk.encode("a\u00e9", false);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& err) {
+    EXPECT_EQ(err.where(), "t.json: model.unk_id");
+  }
+}
+
+// A precompiled_charsmap with the given keys -> replacements, laid out as sentencepiece's Darts double
+// array (one branch per key from the root: the keys' first bytes must differ).
+std::string charsmap(const std::vector<std::pair<std::string, std::string>>& rules) {
+  std::vector<std::uint32_t> units(1, 0);
+  std::string strings;
+  const std::uint32_t root_base = 1024;
+  units[0] = root_base << 10;
+  std::uint32_t next_base = 2048;
+  auto put = [&](std::size_t pos, std::uint32_t v) {
+    if (units.size() <= pos) units.resize(pos + 1, 0);
+    units[pos] = v;
+  };
+  for (const auto& [key, value] : rules) {
+    std::uint32_t base = root_base;
+    for (std::size_t k = 0; k < key.size(); ++k) {
+      const auto c = static_cast<unsigned char>(key[k]);
+      const std::uint32_t pos = base ^ c, target = next_base;
+      next_base += 1024;
+      const bool last = k + 1 == key.size();
+      put(pos, ((pos ^ target) << 10) | (last ? 1u << 8 : 0u) | c);
+      base = target;
+      if (last) put(target, static_cast<std::uint32_t>(strings.size()));  // the leaf: where its replacement starts
+    }
+    strings += value;
+    strings.push_back('\0');
+  }
+  std::string blob(4, '\0');
+  const std::uint32_t size = static_cast<std::uint32_t>(units.size() * 4);
+  for (int k = 0; k < 4; ++k) blob[static_cast<std::size_t>(k)] = static_cast<char>((size >> (8 * k)) & 0xFF);
+  for (std::uint32_t u : units) {
+    for (int k = 0; k < 4; ++k) blob.push_back(static_cast<char>((u >> (8 * k)) & 0xFF));
+  }
+  blob += strings;
+  static const char* const digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string b64;
+  for (std::size_t i = 0; i < blob.size(); i += 3) {
+    const std::size_t n = std::min<std::size_t>(3, blob.size() - i);
+    std::uint32_t v = 0;
+    for (std::size_t k = 0; k < 3; ++k) v = (v << 8) | (k < n ? static_cast<unsigned char>(blob[i + k]) : 0u);
+    for (std::size_t k = 0; k < 4; ++k) b64.push_back(k <= n ? digits[(v >> (18 - 6 * k)) & 63] : '=');
+  }
+  return json{{"type", "Precompiled"}, {"precompiled_charsmap", b64}}.dump();
+}
+
+TEST(HfNormalizers, PrecompiledCharsmapByGraphemes) {
+  // "ﬁ" -> "fi"; the two-character grapheme "e" + U+0301 -> "é"; U+3000 -> " ".
+  const std::string spec = charsmap({{"\ufb01", "fi"}, {"e\u0301", "\u00e9"}, {"\u3000", " "}});
+  EXPECT_EQ(normalize(spec, "\ufb01ne e\u0301t\u3000x"), "fine \u00e9t x");
+  EXPECT_EQ(normalize(spec, "plain text"), "plain text");
+  // Each rewritten character spans what it replaced: offsets still point into the input.
+  const auto tok = HfTokenizer::from_json_text(file_with(kWords, spec, R"({"type": "WhitespaceSplit"})"), "t.json");
+  const HfEncoding e = tok.encode("a\u3000b", false);
+  EXPECT_EQ(e.ids, (Ids{6, 7}));
+  EXPECT_EQ(e.offsets, (std::vector<std::pair<int, int>>{{0, 1}, {2, 3}}));
+  auto n = hf::make_normalizer(json::parse(spec), kAt, {});
+  hf::NString s = hf::nstring_from_utf8("\ufb01e\u0301");
+  n->normalize(s);
+  EXPECT_EQ(hf::to_utf8(s.s), "fi\u00e9");
+  EXPECT_EQ(s.align, (std::vector<std::pair<int, int>>{{0, 1}, {0, 1}, {1, 3}}));
+}
+
 TEST(HfPostProcessors, TemplateBertRobertaWithTypeIds) {
   const char* tmpl = R"({"type": "TemplateProcessing",
     "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "[SEP]", "type_id": 0}}],
@@ -292,10 +383,18 @@ void expect_error(const std::string& file, const std::string& where, const std::
 TEST(HfTokenizerFile, UnsupportedValuesNameFilePathAndValue) {
   expect_error(file_with(kWords, "null", R"({"type": "Sequence", "pretokenizers": [{"type": "Digits"}, {"type": "Foo"}]})"),
                "dir/tokenizer.json: pre_tokenizer.pretokenizers[1].type", "\"Foo\" is not supported (supported: Split, ByteLevel");
-  expect_error(file_with(kWords, R"({"type": "Precompiled", "precompiled_charsmap": ""})"), "dir/tokenizer.json: normalizer.type",
-               "\"Precompiled\" is not supported (supported: NFC");
-  expect_error(file_with(R"({"type": "Unigram", "vocab": [["a", 0.0]]})"), "dir/tokenizer.json: model.type",
-               "\"Unigram\" is not supported (supported: BPE, WordPiece, WordLevel)");
+  expect_error(file_with(kWords, R"({"type": "Nmt"})"), "dir/tokenizer.json: normalizer.type",
+               "\"Nmt\" is not supported (supported: NFC");
+  expect_error(file_with(kWords, R"({"type": "Precompiled", "precompiled_charsmap": "AAA"})"),
+               "dir/tokenizer.json: normalizer.precompiled_charsmap", "is not base64");
+  expect_error(file_with(kWords, R"({"type": "Precompiled", "precompiled_charsmap": "/////w=="})"),
+               "dir/tokenizer.json: normalizer.precompiled_charsmap", "does not fit");
+  expect_error(file_with(R"({"type": "Unigram", "vocab": [["a", 0.0]], "unk_id": 5})"), "dir/tokenizer.json: model.unk_id",
+               "not an index");
+  expect_error(file_with(R"({"type": "Unigram", "vocab": [["a", "x"]]})"), "dir/tokenizer.json: model.vocab[0]",
+               "expected [piece, score]");
+  expect_error(file_with(R"({"type": "Foo", "vocab": {}})"), "dir/tokenizer.json: model.type",
+               "\"Foo\" is not supported (supported: BPE, WordPiece, Unigram, WordLevel)");
   expect_error(file_with(kWords, "null", "null", R"({"type": "Bar"})"), "dir/tokenizer.json: post_processor.type", "\"Bar\"");
   expect_error(file_with(kWords, "null", "null", "null", R"({"type": "Sequence", "decoders": [{"type": "Baz"}]})"),
                "dir/tokenizer.json: decoder.decoders[0].type", "\"Baz\" is not supported");
