@@ -268,7 +268,7 @@ Rendered render(const TaskFile& task, const Compiled& c, const Doc& d) {
     key = "doc_to_text";
     if (task.multiple_input) {
       const json v = c.text.evaluate(d.value);
-      if (!digits_index(v, &r.gold)) throw TemplateError("multiple_input: must render a choice index, got " + v.dump());
+      if (!digits_index(v, &r.gold)) throw TemplateError("multiple_inputs: must render a choice index, got " + v.dump());
     } else {
       r.text = c.text.render(d.value);
     }
@@ -344,8 +344,14 @@ TaskFile read_task_file(const std::string& path) {
       } else {
         r.wrong(key, v, "a template whose value is a list, or an array of templates");
       }
-    } else if (key == "multiple_input") t.multiple_input = r.boolean(key, v);
-    else if (key == "preprocess") {
+    } else if (key == "multiple_inputs") t.multiple_input = r.boolean(key, v);
+    else if (key == "fewshot_sampler") {
+      const std::string s = r.str(key, v);
+      if (s != "default" && s != "first_n") {
+        throw InputError(r.where(key, v), "must be \"default\" or \"first_n\", got " + quote_short(s));
+      }
+      t.fewshot_first_n = s == "first_n";
+    } else if (key == "preprocess") {
       if (!v.is_array()) r.wrong(key, v, "an array of tables ([[preprocess]])");
       for (std::size_t i = 0; i < v.as_array().size(); ++i) {
         t.preprocess.push_back(read_preprocess(r, key + "[" + std::to_string(i) + "]", v.as_array()[i]));
@@ -382,8 +388,8 @@ TaskFile read_task_file(const std::string& path) {
     } else {
       throw InputError(r.where(key, v),
                        "unknown key (name, output_type, dataset, fewshot_dataset, description, doc_to_text, "
-                       "doc_to_target, doc_to_choice, target_delimiter, fewshot_delimiter, multiple_input, "
-                       "preprocess, until, max_gen_toks, extract_regex, extract_group_select, extract_fallback, "
+                       "doc_to_target, doc_to_choice, target_delimiter, fewshot_delimiter, multiple_inputs, "
+                       "fewshot_sampler, preprocess, until, max_gen_toks, extract_regex, extract_group_select, extract_fallback, "
                        "ignore_case, ignore_punctuation, strip, regexes_to_ignore)");
     }
   }
@@ -397,7 +403,7 @@ TaskFile read_task_file(const std::string& path) {
   if (!mc && !t.doc_to_choice.empty()) {
     throw InputError(path + ": doc_to_choice", "only for output_type multiple_choice, not " + t.output_type);
   }
-  if (!mc && t.multiple_input) throw InputError(path + ": multiple_input", "only for output_type multiple_choice");
+  if (!mc && t.multiple_input) throw InputError(path + ": multiple_inputs", "only for output_type multiple_choice");
   if (t.output_type != "generate_until" && !generation_keys.empty()) {
     throw InputError(path + ": " + generation_keys.front(), "only for output_type generate_until, not " + t.output_type);
   }
@@ -454,7 +460,13 @@ std::vector<TaskDocument> build_task_documents(const TaskFile& task, const std::
     }
     if (k > 0) {
       std::vector<std::string> shots;
-      for (const std::size_t j : rnd.sample(pool.size(), draw)) {
+      std::vector<std::size_t> picks(draw);
+      if (task.fewshot_first_n) {
+        for (std::size_t j = 0; j < draw; ++j) picks[j] = j;  // lm-eval's FirstNSampler
+      } else {
+        picks = rnd.sample(pool.size(), draw);
+      }
+      for (const std::size_t j : picks) {
         if (pool[j].value == d.value) continue;
         if (shots.size() == k) break;
         if (!pool_done[j]) {
@@ -478,7 +490,8 @@ std::vector<TaskDocument> build_task_documents(const TaskFile& task, const std::
         else td.requests.push_back({prefix + r.text, task.target_delimiter + ch});
       }
     } else if (task.output_type == "loglikelihood") {
-      td.requests.push_back({prefix + r.text, task.target_delimiter + r.target});
+      // lm-eval scores doc_to_target as rendered here (LAMBADA's target carries its own space).
+      td.requests.push_back({prefix + r.text, r.target});
     } else {
       td.requests.push_back({prefix + r.text, ""});
     }

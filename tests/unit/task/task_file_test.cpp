@@ -185,7 +185,7 @@ TEST_F(TaskFileTest, UnknownKeyWrongTypeAndBadTemplateAreInputErrors) {
   const std::string type = err("target_delimiter = 1\n");
   EXPECT_NE(type.find("target_delimiter"), std::string::npos) << type;
   EXPECT_NE(type.find("must be a string, got an integer"), std::string::npos) << type;
-  EXPECT_NE(err("multiple_input = \"yes\"\n").find("must be a boolean"), std::string::npos);
+  EXPECT_NE(err("multiple_inputs = \"yes\"\n").find("must be a boolean"), std::string::npos);
   EXPECT_NE(err("until = [\"x\"]\n").find("only for output_type generate_until"), std::string::npos);
   EXPECT_NE(err("[[preprocess]]\nfield = \"q\"\nstrip = true\nset = \"x\"\n").find("exactly one"), std::string::npos);
   EXPECT_NE(err("[[preprocess]]\nfield = \"q\"\nregex = [\"(\", \"\"]\n").find("bad regular expression"), std::string::npos);
@@ -277,7 +277,7 @@ TEST_F(TaskFileTest, MultipleInputPartialScoring) {
   write("d.jsonl", "{\"sentence\": \"Ann gave Bo a gift because _ was kind.\", \"option1\": \"Ann\", \"option2\": \"Bo\", \"answer\": \"2\"}\n"
                    "{\"sentence\": \"The cup fell off the shelf since _ was tilted.\", \"option1\": \"cup\", \"option2\": \"shelf\", \"answer\": \"1\"}\n");
   const TaskFile t = read_task_file(write("t.toml", "name = \"w\"\noutput_type = \"multiple_choice\"\ndataset = \"d.jsonl\"\n"
-                                                    "multiple_input = true\ndoc_to_text = \"{{answer|minus(1)}}\"\n"
+                                                    "multiple_inputs = true\ndoc_to_text = \"{{answer|minus(1)}}\"\n"
                                                     "doc_to_choice = [\"{{sentence|before(\\\"_\\\")}}{{option1}}\", "
                                                     "\"{{sentence|before(\\\"_\\\")}}{{option2}}\"]\n"
                                                     "doc_to_target = \"{{sentence|after(\\\"_\\\")|trim}}\"\n"));
@@ -331,6 +331,122 @@ strip = true
   const std::string e = error_of([&] { build_task_documents(t, miss, {}, 0); });
   EXPECT_NE(e.find("m.jsonl:1"), std::string::npos) << e;
   EXPECT_NE(e.find("preprocess[0]"), std::string::npos) << e;
+}
+
+// ---- the shipped task files on their samples, against the strings lm-eval's YAMLs build ----
+
+std::string task_path(const std::string& name) { return std::string(EVALRUN_SOURCE_DIR) + "/tasks/" + name + ".toml"; }
+
+std::vector<TaskDocument> shipped(const std::string& name, const FewshotSpec& fs = {}) {
+  const TaskFile t = read_task_file(task_path(name));
+  EXPECT_EQ(t.name, name);
+  return build_task_documents(t, "", fs, 0);
+}
+
+void expect_mc(const TaskDocument& d, const std::string& context, const std::vector<std::string>& choices,
+               std::int64_t gold) {
+  EXPECT_EQ(d.choices, choices);
+  EXPECT_EQ(d.gold, gold);
+  ASSERT_EQ(d.requests.size(), choices.size());
+  for (std::size_t i = 0; i < choices.size(); ++i) {
+    EXPECT_EQ(d.requests[i].context, context);
+    EXPECT_EQ(d.requests[i].continuation, " " + choices[i]);
+  }
+}
+
+TEST(ShippedTasks, Arc) {
+  const auto easy = shipped("arc_easy");
+  ASSERT_EQ(easy.size(), 3u);
+  expect_mc(easy[0], "Question: Which of these do plants need to make their own food?\nAnswer:",
+            {"sunlight", "sand", "plastic", "noise"}, 0);
+  expect_mc(easy[2], "Question: Which tool is best for measuring the length of a table?\nAnswer:",
+            {"a thermometer", "a scale", "a measuring tape", "a clock"}, 2);  // answerKey "3" in labels 1..4
+  const auto ch = shipped("arc_challenge");
+  ASSERT_EQ(ch.size(), 3u);
+  EXPECT_EQ(ch[1].gold, 2);
+  EXPECT_EQ(ch[1].requests[2].continuation, " Different amounts of its lit side face Earth.");
+}
+
+TEST(ShippedTasks, HellaSwag) {
+  const auto d = shipped("hellaswag");
+  ASSERT_EQ(d.size(), 3u);
+  expect_mc(d[0], "Making tea: A man fills a kettle with water. He",
+            {"puts the kettle on the stove.", "throws the kettle out of the window.", "paints the kettle green.",
+             "reads the kettle a story."},
+            0);
+  expect_mc(d[1], "Home and Garden: How to water a plant. Check the soil. You",
+            {"should sing to the soil loudly.", "should pour water slowly at the base. Stop when it drips.",
+             "should bury the plant in sand.", "should put the plant in the freezer."},
+            1);
+  EXPECT_EQ(d[2].requests[0].context, "Riding a bike: A girl sits on a bike. She");  // "SHE".capitalize()
+}
+
+TEST(ShippedTasks, PiqaAndBoolq) {
+  const auto p = shipped("piqa");
+  expect_mc(p[0], "Question: How do you keep bread from going stale quickly?\nAnswer:",
+            {"Leave it open on the counter.", "Store it in a closed bag."}, 1);
+  const auto b = shipped("boolq");
+  expect_mc(b[1],
+            "Penguins are birds that cannot fly; their wings have become flippers for swimming.\n"
+            "Question: can penguins fly?\nAnswer:",
+            {"no", "yes"}, 0);
+}
+
+TEST(ShippedTasks, WinograndePartialScoring) {
+  const auto d = shipped("winogrande");
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d[0].gold, 1);
+  ASSERT_EQ(d[0].requests.size(), 2u);
+  EXPECT_EQ(d[0].requests[0].context, "The trophy did not fit in the suitcase because the trophy");
+  EXPECT_EQ(d[0].requests[1].context, "The trophy did not fit in the suitcase because the suitcase");
+  EXPECT_EQ(d[0].requests[0].continuation, " was too small.");
+  EXPECT_EQ(d[0].requests[1].continuation, " was too small.");
+  EXPECT_EQ(d[2].gold, 0);
+}
+
+TEST(ShippedTasks, MmluWithFirstNFewShot) {
+  const auto zero = shipped("mmlu");
+  expect_mc(zero[0],
+            "The following are multiple choice questions (with answers) about elementary mathematics.\n\n"
+            "What is 7 times 8?\nA. 54\nB. 56\nC. 58\nD. 64\nAnswer:",
+            {"A", "B", "C", "D"}, 1);
+  const auto two = shipped("mmlu", {2, 1234});
+  EXPECT_EQ(two[1].requests[0].context,
+            "The following are multiple choice questions (with answers) about high school biology.\n\n"
+            "What is 2 plus 3?\nA. 4\nB. 5\nC. 6\nD. 7\nAnswer: B\n\n"
+            "What is 10 minus 4?\nA. 5\nB. 7\nC. 6\nD. 4\nAnswer: C\n\n"
+            "Which gas do plants take in from the air?\nA. oxygen\nB. nitrogen\nC. carbon dioxide\nD. helium\nAnswer:");
+}
+
+TEST(ShippedTasks, LambadaLoglikelihood) {
+  const auto d = shipped("lambada_openai");
+  ASSERT_EQ(d.size(), 3u);
+  ASSERT_EQ(d[0].requests.size(), 1u);
+  EXPECT_EQ(d[0].requests[0].context, "She opened the old box and found a letter from her grandmother. She read the");
+  EXPECT_EQ(d[0].requests[0].continuation, " letter");
+  EXPECT_TRUE(d[0].choices.empty());
+  EXPECT_EQ(d[0].gold, -1);
+}
+
+TEST(ShippedTasks, Gsm8kGenerateUntil) {
+  const TaskFile t = read_task_file(task_path("gsm8k"));
+  EXPECT_EQ(t.until, (std::vector<std::string>{"Question:", "</s>", "<|im_end|>"}));
+  EXPECT_EQ(t.max_gen_toks, 256);
+  EXPECT_EQ(t.extract_regex, "#### (\\-?[0-9\\.\\,]+)");
+  EXPECT_TRUE(t.ignore_case);
+  EXPECT_EQ(t.regexes_to_ignore.size(), 4u);
+  const auto d = build_task_documents(t, "", {1, 1234}, 0);
+  ASSERT_EQ(d.size(), 3u);
+  ASSERT_EQ(d[2].requests.size(), 1u);
+  EXPECT_EQ(d[2].requests[0].continuation, "");
+  EXPECT_EQ(d[2].target, "15 - 6 = <<15-6=9>>9 birds are left.\n#### 9");
+  // One shot (another document, drawn by the seeded sampler), then the question.
+  const std::string& c = d[2].requests[0].context;
+  const std::string tail = "\n\nQuestion: There are 15 birds on a tree. 6 fly away. How many are left?\nAnswer:";
+  ASSERT_GT(c.size(), tail.size());
+  EXPECT_EQ(c.substr(c.size() - tail.size()), tail);
+  EXPECT_EQ(c.rfind("Question: ", 0), 0u);
+  EXPECT_NE(c.find("\nAnswer: "), std::string::npos);
 }
 
 }  // namespace
