@@ -297,10 +297,15 @@ Rendered render(const TaskFile& task, const Compiled& c, const Doc& d) {
   return r;
 }
 
-// lm-eval's sampler: text(ex) + target_delimiter + target(ex); multiple_input uses the gold context.
+// lm-eval's sampler: text(ex) + target_delimiter + target(ex), no delimiter for an empty target;
+// multiple_inputs uses the gold context.
 std::string example_text(const TaskFile& task, const Rendered& r) {
-  const std::string& text = task.multiple_input ? r.choices[static_cast<std::size_t>(r.gold)] : r.text;
-  return text + task.target_delimiter + r.target;
+  std::string out = task.multiple_input ? r.choices[static_cast<std::size_t>(r.gold)] : r.text;
+  if (!r.target.empty()) {
+    out += task.target_delimiter;
+    out += r.target;
+  }
+  return out;
 }
 
 }  // namespace
