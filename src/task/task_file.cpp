@@ -133,6 +133,21 @@ TaskFile::Preprocess read_preprocess(const Reader& r, const std::string& key, co
   return p;
 }
 
+TaskFile::Filter read_filter(const Reader& r, const std::string& key, const toml::value& v) {
+  if (!v.is_table()) r.wrong(key, v, "a table ([[filter]])");
+  TaskFile::Filter f;
+  for (const auto& [k, e] : sorted(v.as_table())) {
+    const std::string full = key + "." + k;
+    if (k == "name") f.name = r.str(full, *e);
+    else if (k == "regex") f.regex = r.str(full, *e);
+    else if (k == "group_select") f.group_select = r.integer(full, *e, -1000, 1000);
+    else if (k == "fallback") f.fallback = r.str(full, *e);
+    else throw InputError(r.where(full, *e), "unknown key (name, regex, group_select, fallback)");
+  }
+  if (f.name.empty() || f.regex.empty()) throw InputError(r.where(key, v), "needs name and regex");
+  return f;
+}
+
 std::string resolve(const std::string& task_path, const std::string& file) {
   const std::filesystem::path p(file);
   if (p.is_absolute()) return file;
@@ -367,18 +382,17 @@ TaskFile read_task_file(const std::string& path) {
     } else if (key == "max_gen_toks") {
       t.max_gen_toks = r.integer(key, v, 1, 1 << 20);
       generation_keys.push_back(key);
-    } else if (key == "extract_regex") {
-      t.extract_regex = r.str(key, v);
-      r.regex(key, v, t.extract_regex);
-      generation_keys.push_back(key);
-    } else if (key == "extract_group_select") {
-      t.extract_group_select = r.integer(key, v, -1000, 1000);
-      generation_keys.push_back(key);
-    } else if (key == "extract_fallback") {
-      t.extract_fallback = r.str(key, v);
+    } else if (key == "filter") {
+      if (!v.is_array()) r.wrong(key, v, "an array of tables ([[filter]])");
+      for (std::size_t i = 0; i < v.as_array().size(); ++i) {
+        t.filters.push_back(read_filter(r, key + "[" + std::to_string(i) + "]", v.as_array()[i]));
+      }
       generation_keys.push_back(key);
     } else if (key == "ignore_case") {
       t.ignore_case = r.boolean(key, v);
+      generation_keys.push_back(key);
+    } else if (key == "ignore_numbers") {
+      t.ignore_numbers = r.boolean(key, v);
       generation_keys.push_back(key);
     } else if (key == "ignore_punctuation") {
       t.ignore_punctuation = r.boolean(key, v);
@@ -387,15 +401,14 @@ TaskFile read_task_file(const std::string& path) {
       t.strip = r.boolean(key, v);
       generation_keys.push_back(key);
     } else if (key == "regexes_to_ignore") {
-      t.regexes_to_ignore = r.strings(key, v);
-      for (const auto& re : t.regexes_to_ignore) r.regex(key, v, re);
+      t.regexes_to_ignore = r.strings(key, v);  // Python re syntax: compiled by the flow
       generation_keys.push_back(key);
     } else {
       throw InputError(r.where(key, v),
                        "unknown key (name, output_type, dataset, fewshot_dataset, description, doc_to_text, "
                        "doc_to_target, doc_to_choice, target_delimiter, fewshot_delimiter, multiple_inputs, "
-                       "fewshot_sampler, preprocess, until, max_gen_toks, extract_regex, extract_group_select, extract_fallback, "
-                       "ignore_case, ignore_punctuation, strip, regexes_to_ignore)");
+                       "fewshot_sampler, preprocess, until, max_gen_toks, filter, ignore_case, ignore_punctuation, "
+                       "ignore_numbers, strip, regexes_to_ignore)");
     }
   }
   for (const char* k : {"name", "output_type"}) {

@@ -52,15 +52,22 @@ struct TaskFile {
   };
   std::vector<Preprocess> preprocess;
 
-  // generate_until only (the generation flow reads them; lm-eval's generation_kwargs and filters).
+  // generate_until only, lm-eval's generation_kwargs, filter_list and exact_match settings; the
+  // generation flow applies them (task/generate_until.hpp). Regular expressions are Python `re`
+  // syntax, compiled there (PyRegex::compile, naming "<task file>: filter[i].regex").
   std::vector<std::string> until;
   int max_gen_toks = 256;
-  std::string extract_regex;        // answer extraction; "" = the whole generation
-  int extract_group_select = 0;     // which match: 0 first, -1 last (lm-eval's group_select)
-  std::string extract_fallback = "[invalid]";
+  struct Filter {                   // [[filter]]: one RegexFilter pipeline, metric "exact_match,<name>"
+    std::string name;
+    std::string regex;
+    int group_select = 0;           // which match: 0 first, -1 last
+    std::string fallback = "[invalid]";
+  };
+  std::vector<Filter> filters;      // none: the response as it is (lm-eval's "none")
   bool ignore_case = false;         // exact_match settings
   bool ignore_punctuation = false;
-  bool strip = true;
+  bool ignore_numbers = false;
+  bool strip = false;
   std::vector<std::string> regexes_to_ignore;
 };
 

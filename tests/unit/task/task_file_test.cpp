@@ -187,6 +187,8 @@ TEST_F(TaskFileTest, UnknownKeyWrongTypeAndBadTemplateAreInputErrors) {
   EXPECT_NE(type.find("must be a string, got an integer"), std::string::npos) << type;
   EXPECT_NE(err("multiple_inputs = \"yes\"\n").find("must be a boolean"), std::string::npos);
   EXPECT_NE(err("until = [\"x\"]\n").find("only for output_type generate_until"), std::string::npos);
+  EXPECT_NE(err("[[filter]]\nname = \"f\"\nregex = \"x\"\n").find("only for output_type generate_until"),
+            std::string::npos);
   EXPECT_NE(err("[[preprocess]]\nfield = \"q\"\nstrip = true\nset = \"x\"\n").find("exactly one"), std::string::npos);
   EXPECT_NE(err("[[preprocess]]\nfield = \"q\"\nregex = [\"(\", \"\"]\n").find("bad regular expression"), std::string::npos);
   EXPECT_NE(err("[[preprocess]]\nfield = \"q\"\nlower = true\n").find("preprocess[0].lower"), std::string::npos);
@@ -428,13 +430,37 @@ TEST(ShippedTasks, LambadaLoglikelihood) {
   EXPECT_EQ(d[0].gold, -1);
 }
 
+TEST_F(TaskFileTest, GenerateUntilFilterErrors) {
+  const std::string base = "name = \"g\"\noutput_type = \"generate_until\"\ndoc_to_text = \"{{q}}\"\ndoc_to_target = \"{{a}}\"\n";
+  const auto err = [&](const std::string& extra) {
+    const std::string p = write("g.toml", base + extra);
+    return error_of([&] { read_task_file(p); });
+  };
+  EXPECT_EQ(err("[[filter]]\nname = \"f\"\nregex = \"(x)\"\n"), "");
+  EXPECT_NE(err("[[filter]]\nname = \"f\"\n").find("needs name and regex"), std::string::npos);
+  EXPECT_NE(err("[[filter]]\nname = \"f\"\nregex = \"x\"\ntake = 1\n").find("filter[0].take"), std::string::npos);
+  EXPECT_NE(err("[[filter]]\nname = \"f\"\nregex = \"x\"\ngroup_select = \"last\"\n").find("must be an integer"),
+            std::string::npos);
+  EXPECT_NE(err("max_gen_toks = 0\n").find("must be in 1.."), std::string::npos);
+  EXPECT_NE(err("doc_to_choice = [\"a\"]\n").find("only for output_type multiple_choice"), std::string::npos);
+}
+
 TEST(ShippedTasks, Gsm8kGenerateUntil) {
   const TaskFile t = read_task_file(task_path("gsm8k"));
   EXPECT_EQ(t.until, (std::vector<std::string>{"Question:", "</s>", "<|im_end|>"}));
   EXPECT_EQ(t.max_gen_toks, 256);
-  EXPECT_EQ(t.extract_regex, "#### (\\-?[0-9\\.\\,]+)");
+  ASSERT_EQ(t.filters.size(), 2u);
+  EXPECT_EQ(t.filters[0].name, "strict-match");
+  EXPECT_EQ(t.filters[0].regex, "#### (\\-?[0-9\\.\\,]+)");
+  EXPECT_EQ(t.filters[0].group_select, 0);
+  EXPECT_EQ(t.filters[1].name, "flexible-extract");
+  EXPECT_EQ(t.filters[1].regex, "(-?[$0-9.,]{2,})|(-?[0-9]+)");
+  EXPECT_EQ(t.filters[1].group_select, -1);
+  EXPECT_EQ(t.filters[1].fallback, "[invalid]");
   EXPECT_TRUE(t.ignore_case);
-  EXPECT_EQ(t.regexes_to_ignore.size(), 4u);
+  EXPECT_FALSE(t.ignore_punctuation);
+  EXPECT_FALSE(t.strip);
+  EXPECT_EQ(t.regexes_to_ignore, (std::vector<std::string>{",", "\\$", "(?s).*#### ", "\\.$"}));
   const auto d = build_task_documents(t, "", {1, 1234}, 0);
   ASSERT_EQ(d.size(), 3u);
   ASSERT_EQ(d[2].requests.size(), 1u);
