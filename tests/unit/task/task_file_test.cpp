@@ -251,6 +251,23 @@ TEST_F(TaskFileTest, FewShotFromTheDocumentsMatchesLmEvalsSampler) {
   EXPECT_TRUE(differs);
 }
 
+// lm-eval drops the document by content (`x != doc`), so a duplicate of it is dropped too:
+//   python3 -c "import random; print(random.Random(1).sample(range(4), 2))"  -> [1, 2]
+// Document 0 ("a") draws [1, 2]; document 1 is also "a", so the shot is document 2 ("b").
+TEST_F(TaskFileTest, FewShotDropsDuplicatesOfTheDocumentAndNamesABadExample) {
+  write("d.jsonl", "{\"q\": \"a\"}\n{\"q\": \"a\"}\n{\"q\": \"b\"}\n{\"q\": \"c\"}\n");
+  const TaskFile t = read_task_file(write("t.toml", "name = \"t\"\noutput_type = \"generate_until\"\ndataset = \"d.jsonl\"\n"
+                                                    "doc_to_text = \"{{q}}?\"\ndoc_to_target = \"{{q}}!\"\n"));
+  const auto docs = build_task_documents(t, "", {1, 1}, 1);
+  EXPECT_EQ(docs[0].requests[0].context, "b? b!\n\na?");
+  EXPECT_EQ(docs[0].target, "a!");
+  // An example the templates do not fit is named by its own line.
+  const std::string bad = write("bad.jsonl", "{\"q\": \"a\"}\n{\"x\": 1}\n");
+  const std::string e = error_of([&] { build_task_documents(t, bad, {1, 1234}, 1); });
+  EXPECT_NE(e.find("bad.jsonl:2"), std::string::npos) << e;
+  EXPECT_NE(e.find("field 'q' is missing"), std::string::npos) << e;
+}
+
 // A separate few-shot file: sample(n) without the extra draw (lm-eval: fewshot_split != test_split).
 //   python3 -c "import random; r=random.Random(1234); print([r.sample(range(4),1) for _ in range(2)])"
 TEST_F(TaskFileTest, FewShotFromAFewshotFileAndCustomDelimiters) {
