@@ -133,6 +133,21 @@ TaskFile::Preprocess read_preprocess(const Reader& r, const std::string& key, co
   return p;
 }
 
+TaskFile::Filter read_filter(const Reader& r, const std::string& key, const toml::value& v) {
+  if (!v.is_table()) r.wrong(key, v, "a table ([[filter]])");
+  TaskFile::Filter f;
+  for (const auto& [k, e] : sorted(v.as_table())) {
+    const std::string full = key + "." + k;
+    if (k == "name") f.name = r.str(full, *e);
+    else if (k == "regex") f.regex = r.str(full, *e);
+    else if (k == "group_select") f.group_select = r.integer(full, *e, -1000, 1000);
+    else if (k == "fallback") f.fallback = r.str(full, *e);
+    else throw InputError(r.where(full, *e), "unknown key (name, regex, group_select, fallback)");
+  }
+  if (f.name.empty() || f.regex.empty()) throw InputError(r.where(key, v), "needs name and regex");
+  return f;
+}
+
 std::string resolve(const std::string& task_path, const std::string& file) {
   const std::filesystem::path p(file);
   if (p.is_absolute()) return file;
@@ -268,7 +283,7 @@ Rendered render(const TaskFile& task, const Compiled& c, const Doc& d) {
     key = "doc_to_text";
     if (task.multiple_input) {
       const json v = c.text.evaluate(d.value);
-      if (!digits_index(v, &r.gold)) throw TemplateError("multiple_input: must render a choice index, got " + v.dump());
+      if (!digits_index(v, &r.gold)) throw TemplateError("multiple_inputs: must render a choice index, got " + v.dump());
     } else {
       r.text = c.text.render(d.value);
     }
@@ -297,10 +312,15 @@ Rendered render(const TaskFile& task, const Compiled& c, const Doc& d) {
   return r;
 }
 
-// lm-eval's sampler: text(ex) + target_delimiter + target(ex); multiple_input uses the gold context.
+// lm-eval's sampler: text(ex) + target_delimiter + target(ex), no delimiter for an empty target;
+// multiple_inputs uses the gold context.
 std::string example_text(const TaskFile& task, const Rendered& r) {
-  const std::string& text = task.multiple_input ? r.choices[static_cast<std::size_t>(r.gold)] : r.text;
-  return text + task.target_delimiter + r.target;
+  std::string out = task.multiple_input ? r.choices[static_cast<std::size_t>(r.gold)] : r.text;
+  if (!r.target.empty()) {
+    out += task.target_delimiter;
+    out += r.target;
+  }
+  return out;
 }
 
 }  // namespace
@@ -344,8 +364,14 @@ TaskFile read_task_file(const std::string& path) {
       } else {
         r.wrong(key, v, "a template whose value is a list, or an array of templates");
       }
-    } else if (key == "multiple_input") t.multiple_input = r.boolean(key, v);
-    else if (key == "preprocess") {
+    } else if (key == "multiple_inputs") t.multiple_input = r.boolean(key, v);
+    else if (key == "fewshot_sampler") {
+      const std::string s = r.str(key, v);
+      if (s != "default" && s != "first_n") {
+        throw InputError(r.where(key, v), "must be \"default\" or \"first_n\", got " + quote_short(s));
+      }
+      t.fewshot_first_n = s == "first_n";
+    } else if (key == "preprocess") {
       if (!v.is_array()) r.wrong(key, v, "an array of tables ([[preprocess]])");
       for (std::size_t i = 0; i < v.as_array().size(); ++i) {
         t.preprocess.push_back(read_preprocess(r, key + "[" + std::to_string(i) + "]", v.as_array()[i]));
@@ -356,18 +382,17 @@ TaskFile read_task_file(const std::string& path) {
     } else if (key == "max_gen_toks") {
       t.max_gen_toks = r.integer(key, v, 1, 1 << 20);
       generation_keys.push_back(key);
-    } else if (key == "extract_regex") {
-      t.extract_regex = r.str(key, v);
-      r.regex(key, v, t.extract_regex);
-      generation_keys.push_back(key);
-    } else if (key == "extract_group_select") {
-      t.extract_group_select = r.integer(key, v, -1000, 1000);
-      generation_keys.push_back(key);
-    } else if (key == "extract_fallback") {
-      t.extract_fallback = r.str(key, v);
+    } else if (key == "filter") {
+      if (!v.is_array()) r.wrong(key, v, "an array of tables ([[filter]])");
+      for (std::size_t i = 0; i < v.as_array().size(); ++i) {
+        t.filters.push_back(read_filter(r, key + "[" + std::to_string(i) + "]", v.as_array()[i]));
+      }
       generation_keys.push_back(key);
     } else if (key == "ignore_case") {
       t.ignore_case = r.boolean(key, v);
+      generation_keys.push_back(key);
+    } else if (key == "ignore_numbers") {
+      t.ignore_numbers = r.boolean(key, v);
       generation_keys.push_back(key);
     } else if (key == "ignore_punctuation") {
       t.ignore_punctuation = r.boolean(key, v);
@@ -376,15 +401,14 @@ TaskFile read_task_file(const std::string& path) {
       t.strip = r.boolean(key, v);
       generation_keys.push_back(key);
     } else if (key == "regexes_to_ignore") {
-      t.regexes_to_ignore = r.strings(key, v);
-      for (const auto& re : t.regexes_to_ignore) r.regex(key, v, re);
+      t.regexes_to_ignore = r.strings(key, v);  // Python re syntax: compiled by the flow
       generation_keys.push_back(key);
     } else {
       throw InputError(r.where(key, v),
                        "unknown key (name, output_type, dataset, fewshot_dataset, description, doc_to_text, "
-                       "doc_to_target, doc_to_choice, target_delimiter, fewshot_delimiter, multiple_input, "
-                       "preprocess, until, max_gen_toks, extract_regex, extract_group_select, extract_fallback, "
-                       "ignore_case, ignore_punctuation, strip, regexes_to_ignore)");
+                       "doc_to_target, doc_to_choice, target_delimiter, fewshot_delimiter, multiple_inputs, "
+                       "fewshot_sampler, preprocess, until, max_gen_toks, filter, ignore_case, ignore_punctuation, "
+                       "ignore_numbers, strip, regexes_to_ignore)");
     }
   }
   for (const char* k : {"name", "output_type"}) {
@@ -397,7 +421,7 @@ TaskFile read_task_file(const std::string& path) {
   if (!mc && !t.doc_to_choice.empty()) {
     throw InputError(path + ": doc_to_choice", "only for output_type multiple_choice, not " + t.output_type);
   }
-  if (!mc && t.multiple_input) throw InputError(path + ": multiple_input", "only for output_type multiple_choice");
+  if (!mc && t.multiple_input) throw InputError(path + ": multiple_inputs", "only for output_type multiple_choice");
   if (t.output_type != "generate_until" && !generation_keys.empty()) {
     throw InputError(path + ": " + generation_keys.front(), "only for output_type generate_until, not " + t.output_type);
   }
@@ -454,7 +478,13 @@ std::vector<TaskDocument> build_task_documents(const TaskFile& task, const std::
     }
     if (k > 0) {
       std::vector<std::string> shots;
-      for (const std::size_t j : rnd.sample(pool.size(), draw)) {
+      std::vector<std::size_t> picks(draw);
+      if (task.fewshot_first_n) {
+        for (std::size_t j = 0; j < draw; ++j) picks[j] = j;  // lm-eval's FirstNSampler
+      } else {
+        picks = rnd.sample(pool.size(), draw);
+      }
+      for (const std::size_t j : picks) {
         if (pool[j].value == d.value) continue;
         if (shots.size() == k) break;
         if (!pool_done[j]) {
@@ -478,7 +508,8 @@ std::vector<TaskDocument> build_task_documents(const TaskFile& task, const std::
         else td.requests.push_back({prefix + r.text, task.target_delimiter + ch});
       }
     } else if (task.output_type == "loglikelihood") {
-      td.requests.push_back({prefix + r.text, task.target_delimiter + r.target});
+      // lm-eval scores doc_to_target as rendered here (LAMBADA's target carries its own space).
+      td.requests.push_back({prefix + r.text, r.target});
     } else {
       td.requests.push_back({prefix + r.text, ""});
     }

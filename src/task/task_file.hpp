@@ -33,9 +33,12 @@ struct TaskFile {
   // choice. Empty for generate_until / loglikelihood.
   std::vector<std::string> doc_to_choice;
   bool choice_template_is_list = false;
-  // lm-eval's multiple_input (Winogrande's partial scoring): doc_to_text renders the gold index,
+  // `multiple_inputs` = lm-eval's multiple_inputs (Winogrande's partial scoring): doc_to_text renders the gold index,
   // doc_to_choice the per-choice contexts, doc_to_target the shared continuation.
   bool multiple_input = false;
+  // `fewshot_sampler = "first_n"`: the first examples of the pool in order (lm-eval's first_n, MMLU)
+  // instead of the seeded draw ("default").
+  bool fewshot_first_n = false;
 
   // [[preprocess]]: applied in order to every document before the templates, like lm-eval's
   // process_docs. Each rule names `field` and does one thing: set it from a template, strip it,
@@ -49,19 +52,27 @@ struct TaskFile {
   };
   std::vector<Preprocess> preprocess;
 
-  // generate_until only (the generation flow reads them; lm-eval's generation_kwargs and filters).
+  // generate_until only, lm-eval's generation_kwargs, filter_list and exact_match settings; the
+  // generation flow applies them (task/generate_until.hpp). Regular expressions are Python `re`
+  // syntax, compiled there (PyRegex::compile, naming "<task file>: filter[i].regex").
   std::vector<std::string> until;
   int max_gen_toks = 256;
-  std::string extract_regex;        // answer extraction; "" = the whole generation
-  int extract_group_select = 0;     // which match: 0 first, -1 last (lm-eval's group_select)
-  std::string extract_fallback = "[invalid]";
+  struct Filter {                   // [[filter]]: one RegexFilter pipeline, metric "exact_match,<name>"
+    std::string name;
+    std::string regex;
+    int group_select = 0;           // which match: 0 first, -1 last
+    std::string fallback = "[invalid]";
+  };
+  std::vector<Filter> filters;      // none: the response as it is (lm-eval's "none")
   bool ignore_case = false;         // exact_match settings
   bool ignore_punctuation = false;
-  bool strip = true;
+  bool ignore_numbers = false;
+  bool strip = false;
   std::vector<std::string> regexes_to_ignore;
 };
 
-// output_type is also "loglikelihood" (lm-eval's LAMBADA): one request (text, target_delimiter + target).
+// output_type is also "loglikelihood" (lm-eval's LAMBADA): one request (text, target), the
+// target as rendered (lm-eval adds no delimiter there).
 // InputError (exit 2) naming the file and key for an unreadable file, an unknown key, a wrong type.
 TaskFile read_task_file(const std::string& path);
 
