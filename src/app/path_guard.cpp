@@ -10,6 +10,7 @@
 #include "common/errors.hpp"
 #include "common/text.hpp"
 #include "io/safetensors.hpp"
+#include "task/task_file.hpp"
 
 namespace evalrun {
 namespace fs = std::filesystem;
@@ -146,10 +147,20 @@ void check_run_paths(const RunSpec& spec) {
   const bool many = spec.task.kind == TaskKind::generate;
   const auto data = [&](const char* key, const std::string& value) { many ? g.dataset(key, value) : g.input(key, value); };
   if (spec.task.prompt_set.empty()) data("task.dataset", spec.task.dataset);
+  if (task_info(spec.task.kind).reads_task_file) {
+    // The task file and the data sets it names (its own documents unless task.dataset is set, its
+    // few-shot file) are inputs too.
+    g.input("task.task_file", spec.task.task_file);
+    const TaskFile task = read_task_file(spec.task.task_file);
+    if (spec.task.dataset.empty()) g.input(spec.task.task_file + ": dataset", task.dataset);
+    g.input(spec.task.task_file + ": fewshot_dataset", task.fewshot_dataset);
+  }
   data("quantization.calibration_dataset", spec.quantization.calibration_dataset);
   g.input("validation.golden", spec.validation.golden);
   g.output("output.path", spec.output.path);
   g.output("output.predictions_json", spec.output.predictions_json);
+  g.output("output.lm_eval_json", spec.output.lm_eval_json);
+  g.output("output.samples_jsonl", spec.output.samples_jsonl);
   // What may already be there is the journal's own business (resume/run_journal.cpp).
   g.output_dir("the journal directory", spec.output.path + ".journal", false);
   g.check();

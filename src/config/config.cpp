@@ -222,6 +222,18 @@ const std::vector<KeySpec>& key_specs() {
       {.section = "task", .key = "stride", .kind = Kind::integer, .max = kIntMax, .per_task = true, .default_note = "0",
        .help = "perplexity only: window start step; 0 = context_length (no overlap); each token is scored once",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.stride = static_cast<int>(v.i); }},
+      {.section = "task", .key = "task_file", .kind = Kind::string, .per_task = true, .default_note = "(required)", .allowed_note = "file",
+       .help = "multiple_choice / generate_until: the benchmark task file (tasks/*.toml: templates, choices, few-shot, stop strings, filters; docs/tasks.md)",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.task_file = v.s; }, .check = check_not_empty},
+      {.section = "task", .key = "num_fewshot", .kind = Kind::integer, .max = 1000, .per_task = true, .default_note = "0",
+       .help = "multiple_choice / generate_until: few-shot examples before each document, drawn with fewshot_seed as lm-eval draws them",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.num_fewshot = static_cast<int>(v.i); }},
+      {.section = "task", .key = "fewshot_seed", .kind = Kind::integer, .max = kI64Max, .per_task = true, .default_note = "1234",
+       .help = "multiple_choice / generate_until: seed of the few-shot draw (lm-eval's default 1234)",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.fewshot_seed = static_cast<std::uint64_t>(v.i); }},
+      {.section = "task", .key = "share_context", .kind = Kind::boolean, .per_task = true, .default_note = "true",
+       .help = "multiple_choice only: run each document's context once for all its choices (false: every choice alone; same results)",
+       .apply = [](RunSpec& r, const Scalar& v) { r.task.share_context = v.b; }},
       // [quantization]
       {.section = "quantization", .key = "method", .kind = Kind::enumeration, .choices = {"auto", "none", "gptq", "int8", "fp8"}, .default_note = "\"auto\"",
        .help = "what the checkpoint must hold: auto = whatever it holds (float, or its config.json quantization_config); otherwise a mismatch is an error. int8 with direct = true quantizes a float checkpoint",
@@ -268,6 +280,12 @@ const std::vector<KeySpec>& key_specs() {
       {.section = "output", .key = "predictions_json", .kind = Kind::string, .per_task = true, .default_note = "\"\" (not written)", .allowed_note = "file",
        .help = "qa only: also write predictions in the official SQuAD evaluation script's format",
        .apply = [](RunSpec& r, const Scalar& v) { r.output.predictions_json = v.s; }},
+      {.section = "output", .key = "lm_eval_json", .kind = Kind::string, .per_task = true, .default_note = "\"\" (not written)", .allowed_note = "file",
+       .help = "multiple_choice only: also write lm-evaluation-harness's results JSON layout",
+       .apply = [](RunSpec& r, const Scalar& v) { r.output.lm_eval_json = v.s; }},
+      {.section = "output", .key = "samples_jsonl", .kind = Kind::string, .per_task = true, .default_note = "\"\" (not written)", .allowed_note = "file",
+       .help = "multiple_choice only: also write lm-evaluation-harness's samples JSONL (one line per document, with its hashes)",
+       .apply = [](RunSpec& r, const Scalar& v) { r.output.samples_jsonl = v.s; }},
       // [validation]
       {.section = "validation", .key = "golden", .kind = Kind::string, .per_task = true, .default_note = "\"\" (off)", .allowed_note = "file",
        .help = "generate only: an evalrun generate result file; its /generated/ids are fed instead of this run's own tokens (teacher forcing) and this run's logits recorded at every step; its prompts must equal this run's",
@@ -496,6 +514,8 @@ class Loader {
     if (spec.output.path.empty()) spec.output.path = "results/" + spec.run.name + ".h5";
     spec.output.path = expand_job_placeholders(spec.output.path, origin_ + ": output.path");
     spec.output.predictions_json = expand_job_placeholders(spec.output.predictions_json, origin_ + ": output.predictions_json");
+    spec.output.lm_eval_json = expand_job_placeholders(spec.output.lm_eval_json, origin_ + ": output.lm_eval_json");
+    spec.output.samples_jsonl = expand_job_placeholders(spec.output.samples_jsonl, origin_ + ": output.samples_jsonl");
     if (spec.model.tokenizer.empty()) spec.model.tokenizer = spec.model.path;
     // Full logits of every token of a corpus would dwarf the corpus: perplexity stores none unless asked.
     if (!task_info(spec.task.kind).logits_by_default && !set_keys_.count("output.logits")) {
@@ -799,7 +819,12 @@ class Loader {
       throw InputError(where("task.prompt_set", find_value(*find_spec("task", "prompt_set"))),
                        "set either task.dataset or task.prompt_set, not both");
     }
-    if (!has_dataset && !has_prompt_set) {
+    const bool reads_task_file = task_info(spec.task.kind).reads_task_file;
+    if (reads_task_file && set_keys_.count("task.task_file") == 0) {
+      throw InputError(origin_, std::string("task.task_file is required for task.kind = \"") + to_string(spec.task.kind) +
+                                    "\": add 'task_file = \"tasks/....toml\"' under [task]");
+    }
+    if (!has_dataset && !has_prompt_set && !reads_task_file) {
       throw InputError(origin_, task_info(spec.task.kind).applies("task.prompt_set")
                                     ? "task.dataset (or task.prompt_set) is required: add 'dataset = ...' under [task]"
                                     : "task.dataset is required: add 'dataset = ...' under [task]");

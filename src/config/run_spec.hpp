@@ -62,6 +62,11 @@ struct TaskSection {
   // perplexity only
   int context_length = 0;  // 0 = the model's max_position_embeddings
   int stride = 0;          // 0 = context_length
+  // multiple_choice / generate_until (task/task_file.hpp)
+  std::string task_file;
+  int num_fewshot = 0;
+  std::uint64_t fewshot_seed = 1234;  // lm-eval's default
+  bool share_context = true;          // multiple_choice: each document's context runs once
 };
 
 struct ParallelSection {
@@ -74,6 +79,8 @@ struct OutputSection {
   LogitsMode logits = LogitsMode::full;
   int top_k = 20;                 // logits kept per row when logits = "topk"
   std::string predictions_json;   // qa: also write predictions in the official SQuAD script's format
+  std::string lm_eval_json;       // multiple_choice / generate_until: lm-eval's results JSON
+  std::string samples_jsonl;      // ... and its samples JSONL
 };
 
 // How the model's linear layers are quantized. A quantized checkpoint carries its own settings

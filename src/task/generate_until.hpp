@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "task/answer_match.hpp"
+#include "task/task_file.hpp"
 
 namespace evalrun {
 
@@ -26,6 +27,11 @@ struct GenerateUntilScoring {
   std::vector<AnswerFilter> filters;
   ExactMatchOptions exact_match;
 };
+
+// A generate_until task file's stop strings, filters (none: lm-eval's "none", the response as it is)
+// and exact-match settings, its regular expressions compiled (InputError naming the task file and
+// key, e.g. "tasks/gsm8k.toml: filter[1].regex").
+GenerateUntilScoring generation_scoring(const TaskFile& task);
 
 // One document's response, cut at the stop strings, and per filter its answer and whether it matches.
 struct ScoredResponse {

@@ -51,12 +51,16 @@ BatchBytes batch_bytes(const RunSpec& spec, const ModelDims& m, const SequenceNe
   const std::int64_t len = s.tokens + s.new_tokens;  // positions held at the end
   switch (spec.task.kind) {
     case TaskKind::generate:
+    case TaskKind::generate_until:  // generate_until keeps no logits: one row per step
       b.kv_cache = product({batch, m.layers, 2, m.kv_heads, len, m.head_dim, value_bytes(spec.model.dtype)});
       b.scores = product({batch, m.heads, s.tokens, len, 4});  // the prompt's pass, one layer, float32
       // full logits: every step's row is kept; otherwise one row per step at a time
       b.logits = product({batch, spec.output.logits == LogitsMode::full ? std::max<std::int64_t>(s.new_tokens, 1) : 1,
                           m.vocab, 4});
       break;
+    case TaskKind::multiple_choice:  // as loglikelihood, plus the shared context's KV cache
+      b.kv_cache = product({batch, m.layers, 2, m.kv_heads, len, m.head_dim, value_bytes(spec.model.dtype)});
+      [[fallthrough]];
     case TaskKind::perplexity:
     case TaskKind::loglikelihood:  // every position's logits row is made (the last ones are scored)
       b.scores = product({batch, m.heads, len, len, 4});

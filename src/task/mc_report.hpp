@@ -1,7 +1,6 @@
-// What a multiple_choice run reports (task/multiple_choice.hpp): the aggregated metrics, lm-eval's
+// What a multiple_choice run reports (task/multiple_choice.hpp): the aggregated metrics and lm-eval's
 // results JSON and samples JSONL layouts (lm_eval/evaluator.py, loggers/evaluation_tracker.py), so
-// tools that read lm-eval output read evalrun's, and the paired test `compare` uses on two runs'
-// decisions over the same documents.
+// tools that read lm-eval output read evalrun's. (Comparing two runs: validate/paired.hpp.)
 #pragma once
 
 #include <cstddef>
@@ -49,28 +48,5 @@ std::string lm_eval_sample_line(const TaskDocument& doc, const McDocScores& scor
 
 // Python json.dumps(value, indent=2, ensure_ascii=False) of a JSON text, keys in their order.
 std::string python_json_dump_indent2(const std::string& json_text, const std::string& where);
-
-// McNemar's exact two-sided test on paired decisions: b documents right in the reference only, c in the
-// candidate only; p = min(1, 2 * P(X <= min(b, c))), X ~ Binomial(b + c, 1/2). 1 when b + c = 0.
-double mcnemar_exact_p(std::size_t b, std::size_t c);
-
-// Two runs of one task over the same documents (reference, candidate), what `compare` reports:
-// accuracy deltas (candidate - reference) with McNemar's exact p over the paired decisions, the share
-// of documents whose chosen answer (pred, pred_norm) is the same, and the largest per-request
-// |log-likelihood difference|.
-struct McPairedComparison {
-  std::size_t n_documents = 0;
-  double acc_delta = 0.0, acc_norm_delta = 0.0;
-  std::size_t acc_ref_only = 0, acc_cand_only = 0;          // McNemar's b and c for acc
-  std::size_t norm_ref_only = 0, norm_cand_only = 0;        // ... for acc_norm
-  double acc_p = 1.0, acc_norm_p = 1.0;
-  double pred_agreement = 1.0, pred_norm_agreement = 1.0;   // shares of documents
-  double loglik_max_abs_diff = 0.0;
-  std::size_t loglik_argmax_request = 0;                    // flat request index of that maximum
-};
-// InputError naming `where` when the runs differ in documents or choices per document.
-McPairedComparison compare_multiple_choice(const std::vector<McDecision>& ref, const std::vector<McDecision>& cand,
-                                           const std::vector<std::vector<double>>& ref_ll,
-                                           const std::vector<std::vector<double>>& cand_ll, const std::string& where);
 
 }  // namespace evalrun

@@ -50,6 +50,23 @@ const std::vector<TaskInfo>& task_registry() {
        .keys = {},
        .thresholds_section = "loglikelihood",
        .logits_by_default = false},
+      {.kind = TaskKind::multiple_choice,
+       .name = "multiple_choice",
+       .role = ModelRole::decoder,
+       .summary = "multiple-choice benchmark of a task file: acc / acc_norm (lm-evaluation-harness)",
+       .keys = {"task.task_file", "task.num_fewshot", "task.fewshot_seed", "task.share_context", "output.lm_eval_json",
+                "output.samples_jsonl"},
+       .thresholds_section = "multiple_choice",
+       .logits_by_default = false,
+       .reads_task_file = true},
+      {.kind = TaskKind::generate_until,
+       .name = "generate_until",
+       .role = ModelRole::decoder,
+       .summary = "generation of a task file scored against gold: exact match (lm-evaluation-harness)",
+       .keys = {"task.task_file", "task.num_fewshot", "task.fewshot_seed"},
+       .thresholds_section = "generate_until",
+       .logits_by_default = false,
+       .reads_task_file = true},
   };
   return rows;
 }

@@ -18,8 +18,8 @@ struct RunSpec;
 
 // In registry row order. Adding a task: a value here, kTaskCount, a row in registry.cpp (see
 // docs/architecture.md "Tasks" for the other files).
-enum class TaskKind { qa, mlm, generate, perplexity, loglikelihood };
-inline constexpr std::size_t kTaskCount = 5;
+enum class TaskKind { qa, mlm, generate, perplexity, loglikelihood, multiple_choice, generate_until };
+inline constexpr std::size_t kTaskCount = 7;
 
 // The kind of model a task runs: an encoder with a token-level head, or a causal LM.
 enum class ModelRole { encoder, decoder };
@@ -39,6 +39,9 @@ struct TaskInfo {
   // shapes few ("" = none: its shapes are few anyway or cannot be fixed), and whether the run sets it.
   const char* fixed_shape_option = "";
   bool (*shapes_fixed)(const RunSpec&) = nullptr;
+  // Its documents come through a benchmark task file (task.task_file, task/task_file.hpp): the task
+  // file is required and task.dataset optional (the task file names its own).
+  bool reads_task_file = false;
 
   bool applies(std::string_view key) const;  // `key` is in `keys`
 };
@@ -46,7 +49,7 @@ struct TaskInfo {
 const std::vector<TaskInfo>& task_registry();  // in TaskKind order
 const TaskInfo& task_info(TaskKind kind);
 const TaskInfo* find_task(std::string_view name);  // nullptr when unknown
-// "qa, mlm, generate, perplexity, loglikelihood": the task.kind values, for messages.
+// "qa, mlm, generate, ...": the task.kind values, for messages.
 std::string task_names();
 
 const char* to_string(TaskKind kind);

@@ -12,6 +12,7 @@
 #include "io/hdf5_probe.hpp"
 #include "task/registry.hpp"
 #include "validate/divergence.hpp"
+#include "validate/paired.hpp"
 
 namespace evalrun {
 
@@ -596,6 +597,99 @@ void compare_loglikelihood(const H5Reader& ref, const H5Reader& cand, const std:
   }
 }
 
+// --- multiple_choice --------------------------------------------------------------------------------
+
+// A paired accuracy as compare reports it: both shares, the candidate's drop checked against `key`,
+// McNemar's p, and a note on whether the difference is more than chance.
+void report_paired(Builder& b, const std::string& metric, const PairedAccuracy& a, const std::string& key) {
+  b.info(metric + "_ref", a.ref, "reference's " + metric);
+  b.info(metric + "_cand", a.cand, "candidate's " + metric);
+  b.check(metric + "_drop", std::max(0.0, -a.delta), key);
+  b.info(metric + "_mcnemar_p", a.p, "McNemar's exact two-sided p over the documents only one file got right");
+  b.note(metric + ": " + std::to_string(a.ref_only) + " document(s) right only in the reference, " +
+         std::to_string(a.cand_only) + " only in the candidate; the paired difference is " +
+         (a.p < 0.05 ? "significant" : "not significant") + " at 5% (McNemar exact p = " + fmt(a.p) + ")");
+}
+
+// Same documents and requests (token ids equal), then acc / acc_norm as paired accuracies, the share of
+// documents choosing the same answer, and per-request log-likelihood differences.
+void compare_multiple_choice(const H5Reader& ref, const H5Reader& cand, const std::vector<std::string>& ids, Builder& b) {
+  for (const auto* f : {&ref, &cand}) require(*f, "/documents/acc", "a multiple_choice result has /documents/acc");
+  const auto ia = ref.read_ragged_i64("/requests/input_ids"), ib = cand.read_ragged_i64("/requests/input_ids");
+  const auto ta = ref.read_ragged_i64("/requests/continuation_ids"), tb = cand.read_ragged_i64("/requests/continuation_ids");
+  if (ia != ib || ta != tb)
+    throw InputError(cand.path() + ": /requests", "other requests (token ids) than the reference: another task file, data set, "
+                                                  "few-shot setting or tokenizer");
+  const auto la = ref.read_f64("/loglikelihood/value"), lb = cand.read_f64("/loglikelihood/value");
+  if (la.size() != ia.size() || lb.size() != ia.size())
+    throw InputError(cand.path() + ": /loglikelihood/value", "one value per request expected");
+  const std::string where = cand.path() + ": /documents";
+  report_paired(b, "acc", paired_accuracy(ref.read_i64("/documents/acc"), cand.read_i64("/documents/acc"), where),
+                "acc_drop_max");
+  report_paired(b, "acc_norm",
+                paired_accuracy(ref.read_i64("/documents/acc_norm"), cand.read_i64("/documents/acc_norm"), where),
+                "acc_drop_max");
+  const auto pa = ref.read_i64("/documents/pred"), pb = cand.read_i64("/documents/pred");
+  const auto na = ref.read_i64("/documents/pred_norm"), nb = cand.read_i64("/documents/pred_norm");
+  if (pa.size() != ids.size() || pb.size() != ids.size() || na.size() != ids.size() || nb.size() != ids.size())
+    throw InputError(where, "one decision per document expected");
+  std::size_t same = 0, same_norm = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    same += pa[i] == pb[i];
+    same_norm += na[i] == nb[i];
+  }
+  const double n = std::max<double>(1.0, static_cast<double>(ids.size()));
+  b.check("decision_agreement", static_cast<double>(same) / n, "decision_agreement_min");
+  b.info("decision_agreement_norm", static_cast<double>(same_norm) / n, "share of documents with the same acc_norm choice");
+  std::vector<double> diff(la.size());
+  for (std::size_t i = 0; i < la.size(); ++i) diff[i] = std::fabs(lb[i] - la[i]);
+  b.check("loglik_diff_max", diff.empty() ? 0.0 : *std::max_element(diff.begin(), diff.end()), "loglik_diff_max");
+  b.info("loglik_diff_mean", diff.empty() ? 0.0 : mean(diff), "mean per-request |log-likelihood cand - ref| (nats)");
+  b.c.histograms.push_back(DiffHistogram::of("|log-likelihood difference| per request", diff));
+  // One row per document: its choices' largest difference, the answers chosen.
+  const auto first = ref.read_i64("/documents/first_request"), count = ref.read_i64("/documents/n_choices");
+  b.c.rows_title = "documents";
+  b.c.sample_columns = {"choice ref", "choice cand", "max |ll diff|"};
+  for (std::size_t i = 0; i < ids.size() && i < first.size() && i < count.size(); ++i) {
+    double worst = 0.0;
+    for (std::int64_t k = first[i]; k < first[i] + count[i] && static_cast<std::size_t>(k) < diff.size(); ++k)
+      worst = std::max(worst, diff[static_cast<std::size_t>(k)]);
+    SampleRow row{ids[i], {std::to_string(pa[i]), std::to_string(pb[i]), fmt(worst)}, {pa[i] != pb[i] ? 1.0 : 0.0, worst}};
+    b.c.rows.push_back(std::move(row));
+  }
+}
+
+// --- generate_until ---------------------------------------------------------------------------------
+
+// Token level as generate at level 0 (the same prompts, generated ids equal), then per answer filter
+// the exact match of both files as a paired accuracy and the documents whose extracted answers agree.
+void compare_generate_until(const H5Reader& ref, const H5Reader& cand, const std::vector<std::string>& ids, Builder& b) {
+  compare_generate(ref, cand, ids, b);
+  require(ref, "/answers", "a generate_until result has /answers");
+  require(cand, "/answers", "a generate_until result has /answers");
+  const auto filters = ref.children("/answers");
+  if (filters.empty()) throw InputError(ref.path() + ": /answers", "no answer filter group");
+  if (cand.children("/answers") != filters)
+    throw InputError(cand.path() + ": /answers", "other answer filters than the reference's (another task file)");
+  for (const auto& f : filters) {
+    const std::string g = "/answers/" + f;
+    const auto aa = ref.read_strings(g + "/answer"), ac = cand.read_strings(g + "/answer");
+    if (aa.size() != ids.size() || ac.size() != ids.size()) throw InputError(cand.path() + ": " + g, "one answer per document expected");
+    report_paired(b, "exact_match," + f, paired_accuracy(ref.read_i64(g + "/exact_match"), cand.read_i64(g + "/exact_match"),
+                                                         cand.path() + ": " + g),
+                  "exact_match_drop_max");
+    std::size_t same = 0;
+    for (std::size_t i = 0; i < ids.size(); ++i) same += aa[i] == ac[i];
+    b.check("answer_agreement," + f, static_cast<double>(same) / std::max<double>(1.0, static_cast<double>(ids.size())),
+            "answer_agreement_min");
+  }
+  // compare_generate's rows are in ids order: the first filter's answers beside them.
+  const auto aa = ref.read_strings("/answers/" + filters.front() + "/answer");
+  const auto ac = cand.read_strings("/answers/" + filters.front() + "/answer");
+  b.c.sample_columns.push_back("answers ref / cand");
+  for (std::size_t i = 0; i < b.c.rows.size() && i < ids.size(); ++i) b.c.rows[i].cells.push_back(aa[i] + " / " + ac[i]);
+}
+
 // How each task's result files are compared, keyed by the task registry's TaskKind.
 using CompareFunction = void (*)(const H5Reader& ref, const H5Reader& cand, const std::vector<std::string>& ids,
                                  Builder& b);
@@ -610,6 +704,8 @@ constexpr CompareRow kCompare[] = {
     {TaskKind::generate, compare_generate},
     {TaskKind::perplexity, compare_perplexity},
     {TaskKind::loglikelihood, compare_loglikelihood},
+    {TaskKind::multiple_choice, compare_multiple_choice},
+    {TaskKind::generate_until, compare_generate_until},
 };
 static_assert(rows_cover_every_task(kCompare), "kCompare needs one row per TaskKind, in TaskKind order");
 

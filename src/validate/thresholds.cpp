@@ -45,6 +45,15 @@ const std::vector<ThresholdSpec>& threshold_specs() {
       {"perplexity", "top1_agreement_min", 0.95, true, "share of scored tokens with the same top-1 id (needs logits)"},
       {"loglikelihood", "loglik_diff_max", 0.05, false, "max per-request |log-likelihood cand - ref| (nats)"},
       {"loglikelihood", "greedy_agreement_min", 1.0, true, "share of requests with the same is_greedy"},
+      {"multiple_choice", "acc_drop_max", 0.0, false,
+       "acc and acc_norm: reference - candidate (0..1; a candidate that scores higher passes)"},
+      {"multiple_choice", "decision_agreement_min", 1.0, true, "share of documents choosing the same answer (acc)"},
+      {"multiple_choice", "loglik_diff_max", 0.05, false, "max per-request |log-likelihood cand - ref| (nats)"},
+      {"generate_until", "token_mismatch_rate", 0.0, false,
+       "share of generated tokens (over max(len ref, len cand) per document) from the first divergence on"},
+      {"generate_until", "exact_match_drop_max", 0.0, false,
+       "per answer filter: exact match ref - cand (0..1; a candidate that scores higher passes)"},
+      {"generate_until", "answer_agreement_min", 1.0, true, "per answer filter: share of documents with the same extracted answer"},
   };
   return specs;
 }

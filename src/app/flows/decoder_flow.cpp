@@ -6,6 +6,27 @@
 
 namespace evalrun {
 
+void refuse_logits(const RunSpec& spec) {
+  if (spec.output.logits != LogitsMode::none) {
+    throw InputError(spec.config_path + ": output.logits", std::string("the ") + to_string(spec.task.kind) +
+                                                               " task stores no logits (not yet): leave output.logits unset or \"none\"");
+  }
+}
+
+TaskFile task_file_for(const RunSpec& spec) {
+  TaskFile task = read_task_file(spec.task.task_file);
+  const std::string kind = to_string(spec.task.kind);
+  if (task.output_type != kind) {
+    throw InputError(task.path + ": output_type", "\"" + task.output_type + "\" does not run as task.kind = \"" + kind +
+                                                      "\" (" + spec.config_path + ")");
+  }
+  return task;
+}
+
+std::vector<TaskDocument> task_documents(const RunSpec& spec, const TaskFile& task, std::size_t max_docs) {
+  return build_task_documents(task, spec.task.dataset, {spec.task.num_fewshot, spec.task.fewshot_seed}, max_docs);
+}
+
 int keep_logits(const RunSpec& spec) {
   switch (spec.output.logits) {
     case LogitsMode::none:

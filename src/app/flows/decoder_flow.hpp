@@ -13,6 +13,7 @@
 #include "app/direct_quant.hpp"
 #include "app/task_flow.hpp"
 #include "model/registry.hpp"
+#include "task/task_file.hpp"
 #include "tokenizer/decoder_tokenizer.hpp"
 
 namespace evalrun {
@@ -48,5 +49,14 @@ int keep_logits(const RunSpec& spec);
 // InputError naming the model when an id is outside its vocabulary; `what` names the ids.
 void check_ids_in_vocab(const std::vector<std::int64_t>& ids, std::int64_t vocab, const std::string& model_path,
                         const std::string& what);
+// InputError naming output.logits unless it is "none": for the tasks that store no logits (yet).
+void refuse_logits(const RunSpec& spec);
+
+// The tasks that read a benchmark task file (multiple_choice, generate_until): the run's task file,
+// whose output_type must be the run's task.kind (InputError naming both otherwise) ...
+TaskFile task_file_for(const RunSpec& spec);
+// ... and its documents: task.dataset or the task file's own, with the run's few-shot settings; the
+// first max_docs (0 = all).
+std::vector<TaskDocument> task_documents(const RunSpec& spec, const TaskFile& task, std::size_t max_docs);
 
 }  // namespace evalrun

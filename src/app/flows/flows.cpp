@@ -22,6 +22,8 @@ constexpr FlowRow kFlows[] = {
     {TaskKind::generate, make_generate_flow, generate_calibration},
     {TaskKind::perplexity, make_perplexity_flow, perplexity_calibration},
     {TaskKind::loglikelihood, make_loglikelihood_flow, loglikelihood_calibration},
+    {TaskKind::multiple_choice, make_multiple_choice_flow, multiple_choice_calibration},
+    {TaskKind::generate_until, make_generate_until_flow, generate_until_calibration},
 };
 static_assert(rows_cover_every_task(kFlows), "kFlows needs one row per TaskKind, in TaskKind order");
 

@@ -19,6 +19,10 @@ std::unique_ptr<TaskFlow> make_perplexity_flow();  // perplexity_flow.cpp
 CalibrationSet perplexity_calibration(const RunSpec& spec);
 std::unique_ptr<TaskFlow> make_loglikelihood_flow();  // loglikelihood_flow.cpp
 CalibrationSet loglikelihood_calibration(const RunSpec& spec);
+std::unique_ptr<TaskFlow> make_multiple_choice_flow();  // multiple_choice_flow.cpp
+CalibrationSet multiple_choice_calibration(const RunSpec& spec);
+std::unique_ptr<TaskFlow> make_generate_until_flow();  // generate_until_flow.cpp
+CalibrationSet generate_until_calibration(const RunSpec& spec);
 
 // The calibration inputs of a run's task (rank 0; empty when the settings need none).
 CalibrationSet task_calibration(const RunSpec& spec);

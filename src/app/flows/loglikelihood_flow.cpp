@@ -90,13 +90,6 @@ std::vector<LoglikRequest> tokenize_requests(const std::vector<RequestText>& tex
   return out;
 }
 
-void refuse_logits(const RunSpec& spec) {
-  if (spec.output.logits != LogitsMode::none) {
-    throw InputError(spec.config_path + ": output.logits",
-                     "the loglikelihood task stores no logits (not yet): leave output.logits unset or \"none\"");
-  }
-}
-
 class LoglikelihoodFlow : public DecoderFlow {
  public:
   LoglikelihoodFlow() : DecoderFlow(loglikelihood_calibration) {}

@@ -270,10 +270,12 @@ TEST(ConfigRemoved, RunSeedIsAnErrorThatSaysWhy) {
 TEST(ConfigTasks, KindValuesAndApplicabilityComeFromTheRegistry) {
   // A value of the right type and range for each per-task key.
   auto value_for = [](const std::string& key) -> std::string {
-    for (const char* b : {"version_2_with_negative", "pad_to_max_length", "no_early_termination"})
+    for (const char* b : {"version_2_with_negative", "pad_to_max_length", "no_early_termination", "share_context"})
       if (key.find(b) != std::string::npos) return "true";
     if (key == "task.prompt_set") return "chat";
-    if (key == "output.predictions_json" || key == "validation.golden") return "x";
+    for (const char* s : {"output.predictions_json", "validation.golden", "task.task_file", "output.lm_eval_json",
+                          "output.samples_jsonl"})
+      if (key == s) return "x";
     return "20";
   };
   for (const auto& t : task_registry()) {
@@ -283,7 +285,8 @@ TEST(ConfigTasks, KindValuesAndApplicabilityComeFromTheRegistry) {
       for (const auto& other : task_registry()) {
         if (other.applies(key)) continue;
         const std::string base = "[run]\nname = \"r\"\n[model]\npath = \"m\"\n[task]\nkind = \"" +
-                                 std::string(other.name) + "\"\ndataset = \"d\"\n";
+                                 std::string(other.name) + "\"\ndataset = \"d\"\n" +
+                                 (other.reads_task_file ? "task_file = \"t\"\n" : "");
         const std::string m = error_of(base, {key + "=" + value_for(key)});
         EXPECT_HAS(m, key + " applies only to task.kind = ");
         EXPECT_HAS(m, std::string("\"") + t.name + "\"");
@@ -291,7 +294,8 @@ TEST(ConfigTasks, KindValuesAndApplicabilityComeFromTheRegistry) {
       }
     }
     const RunSpec s = parse_run_spec("[run]\nname = \"r\"\n[model]\npath = \"m\"\n[task]\nkind = \"" +
-                                         std::string(t.name) + "\"\ndataset = \"d\"\n",
+                                         std::string(t.name) + "\"\ndataset = \"d\"\n" +
+                                         (t.reads_task_file ? "task_file = \"t\"\n" : ""),
                                      "cfg.toml");
     EXPECT_EQ(s.task.kind, t.kind);
     EXPECT_EQ(s.output.logits, t.logits_by_default ? LogitsMode::full : LogitsMode::none) << t.name;

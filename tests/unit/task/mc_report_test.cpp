@@ -93,39 +93,5 @@ TEST(McReport, SampleLineAsLmEvalWritesIt) {
   EXPECT_EQ(j["acc_norm"], 1.0);
 }
 
-TEST(McReport, McNemarExactByHand) {
-  EXPECT_DOUBLE_EQ(mcnemar_exact_p(0, 0), 1.0);
-  EXPECT_NEAR(mcnemar_exact_p(0, 5), 2.0 / 32.0, 1e-12);
-  EXPECT_NEAR(mcnemar_exact_p(9, 1), 22.0 / 1024.0, 1e-12);  // 2 * (1 + 10) / 2^10
-  EXPECT_DOUBLE_EQ(mcnemar_exact_p(3, 3), 1.0);              // 2 * 42 / 64 > 1
-  EXPECT_LT(mcnemar_exact_p(200, 100), 1e-6);
-}
-
-TEST(McReport, PairedComparisonByHand) {
-  auto d = [](std::int64_t pred, std::int64_t norm, std::int64_t gold) {
-    McDecision x;
-    x.pred = pred, x.pred_norm = norm, x.acc = pred == gold, x.acc_norm = norm == gold;
-    return x;
-  };
-  // gold 0, 1, 2, 0: the reference gets docs 0, 1 right (acc), the candidate docs 0, 2, 3
-  const std::vector<McDecision> ref = {d(0, 0, 0), d(1, 0, 1), d(0, 2, 2), d(1, 1, 0)};
-  const std::vector<McDecision> cand = {d(0, 0, 0), d(0, 0, 1), d(2, 2, 2), d(0, 1, 0)};
-  const std::vector<std::vector<double>> ll_ref = {{-1, -2}, {-3, -1}, {-1, -2, -3}, {-2, -1}};
-  const std::vector<std::vector<double>> ll_cand = {{-1, -2}, {-1.5, -1}, {-1, -2, -0.25}, {-2, -1.5}};
-  const auto c = compare_multiple_choice(ref, cand, ll_ref, ll_cand, "t");
-  EXPECT_EQ(c.acc_ref_only, 1u);   // doc 1
-  EXPECT_EQ(c.acc_cand_only, 2u);  // docs 2, 3
-  EXPECT_DOUBLE_EQ(c.acc_delta, 0.25);
-  EXPECT_NEAR(c.acc_p, 1.0, 1e-12);  // 2 * (1 + 3) / 8 > 1
-  EXPECT_EQ(c.norm_ref_only, 0u);
-  EXPECT_EQ(c.norm_cand_only, 0u);
-  EXPECT_DOUBLE_EQ(c.pred_agreement, 0.25);       // only doc 0 chose the same
-  EXPECT_DOUBLE_EQ(c.pred_norm_agreement, 1.0);
-  EXPECT_DOUBLE_EQ(c.loglik_max_abs_diff, 2.75);  // doc 2 choice 2
-  EXPECT_EQ(c.loglik_argmax_request, 6u);
-  EXPECT_THROW(compare_multiple_choice(ref, cand, ll_ref, {{-1, -2}, {-1}, {-1, -2, -3}, {-2, -1}}, "t"), InputError);
-  EXPECT_THROW(compare_multiple_choice(ref, {cand[0]}, ll_ref, ll_cand, "t"), InputError);
-}
-
 }  // namespace
 }  // namespace evalrun

@@ -24,7 +24,7 @@ TEST(TaskRegistry, OneRowPerKindInOrder) {
     EXPECT_EQ(std::string(rows[i].fixed_shape_option).empty(), rows[i].shapes_fixed == nullptr) << rows[i].name;
   }
   EXPECT_EQ(find_task("summarize"), nullptr);
-  EXPECT_EQ(task_names(), "qa, mlm, generate, perplexity, loglikelihood");
+  EXPECT_EQ(task_names(), "qa, mlm, generate, perplexity, loglikelihood, multiple_choice, generate_until");
 }
 
 TEST(TaskRegistry, RolesAndKeys) {
@@ -34,6 +34,17 @@ TEST(TaskRegistry, RolesAndKeys) {
   EXPECT_EQ(task_info(TaskKind::perplexity).role, ModelRole::decoder);
   EXPECT_EQ(task_info(TaskKind::loglikelihood).role, ModelRole::decoder);
   EXPECT_FALSE(task_info(TaskKind::loglikelihood).logits_by_default);
+  // The benchmark tasks read a task file; no other task does.
+  for (const auto& t : task_registry()) {
+    const bool benchmark = t.kind == TaskKind::multiple_choice || t.kind == TaskKind::generate_until;
+    EXPECT_EQ(t.reads_task_file, benchmark) << t.name;
+    EXPECT_EQ(t.applies("task.task_file"), benchmark) << t.name;
+    if (benchmark) {
+      EXPECT_EQ(t.role, ModelRole::decoder) << t.name;
+    }
+  }
+  EXPECT_TRUE(task_info(TaskKind::multiple_choice).applies("task.share_context"));
+  EXPECT_FALSE(task_info(TaskKind::generate_until).applies("task.share_context"));
   EXPECT_TRUE(task_info(TaskKind::qa).applies("task.doc_stride"));
   EXPECT_FALSE(task_info(TaskKind::mlm).applies("task.doc_stride"));
   EXPECT_TRUE(task_info(TaskKind::generate).applies("validation.golden"));
