@@ -27,6 +27,22 @@ std::vector<TaskDocument> task_documents(const RunSpec& spec, const TaskFile& ta
   return build_task_documents(task, spec.task.dataset, {spec.task.num_fewshot, spec.task.fewshot_seed}, max_docs);
 }
 
+CalibrationSet task_file_calibration(
+    const RunSpec& spec,
+    const std::function<std::vector<std::vector<std::int64_t>>(const std::vector<TaskDocument>&, const DecoderTokenizer&)>& inputs) {
+  CalibrationSet c;
+  if (!direct_int8_settings(spec).needs_calibration()) return c;
+  const auto tokenizer = DecoderTokenizer::from_dir(tokenizer_dir(spec));
+  const auto n = static_cast<std::size_t>(spec.quantization.calibration_samples);
+  const TaskFile task = task_file_for(spec);
+  const std::string& from = spec.quantization.calibration_dataset.empty() ? spec.task.dataset : spec.quantization.calibration_dataset;
+  const auto docs = build_task_documents(task, from, {spec.task.num_fewshot, spec.task.fewshot_seed}, n);
+  c.dataset = from.empty() ? task.dataset : from;
+  c.sequences = inputs(docs, tokenizer);
+  c.examples = static_cast<std::int64_t>(docs.size());
+  return c;
+}
+
 int keep_logits(const RunSpec& spec) {
   switch (spec.output.logits) {
     case LogitsMode::none:

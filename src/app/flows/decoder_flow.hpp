@@ -4,6 +4,7 @@
 // perplexity_flow.cpp, loglikelihood_flow.cpp) prepares its items, runs them and writes its result file.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -58,5 +59,11 @@ TaskFile task_file_for(const RunSpec& spec);
 // ... and its documents: task.dataset or the task file's own, with the run's few-shot settings; the
 // first max_docs (0 = all).
 std::vector<TaskDocument> task_documents(const RunSpec& spec, const TaskFile& task, std::size_t max_docs);
+// Direct INT8's calibration inputs of such a task: the first calibration_samples documents of
+// quantization.calibration_dataset (else the run's documents), turned into model inputs by `inputs`
+// as the run feeds them. Empty when the settings need no calibration.
+CalibrationSet task_file_calibration(
+    const RunSpec& spec,
+    const std::function<std::vector<std::vector<std::int64_t>>(const std::vector<TaskDocument>&, const DecoderTokenizer&)>& inputs);
 
 }  // namespace evalrun

@@ -235,18 +235,12 @@ class GenerateUntilFlow : public DecoderFlow {
 }  // namespace
 
 CalibrationSet generate_until_calibration(const RunSpec& spec) {
-  CalibrationSet c;
-  if (!direct_int8_settings(spec).needs_calibration()) return c;
-  const auto tokenizer = DecoderTokenizer::from_dir(tokenizer_dir(spec));
-  const auto n = static_cast<std::size_t>(spec.quantization.calibration_samples);
   // The first documents' prompts, as the run tokenizes them.
-  const TaskFile task = task_file_for(spec);
-  c.dataset = spec.quantization.calibration_dataset.empty() ? spec.task.dataset : spec.quantization.calibration_dataset;
-  for (const auto& d : build_task_documents(task, c.dataset, {spec.task.num_fewshot, spec.task.fewshot_seed}, n)) {
-    c.sequences.push_back(tokenizer.encode(d.requests.front().context));
-  }
-  c.examples = static_cast<std::int64_t>(c.sequences.size());
-  return c;
+  return task_file_calibration(spec, [](const std::vector<TaskDocument>& docs, const DecoderTokenizer& tok) {
+    std::vector<std::vector<std::int64_t>> out;
+    for (const auto& d : docs) out.push_back(tok.encode(d.requests.front().context));
+    return out;
+  });
 }
 
 std::unique_ptr<TaskFlow> make_generate_until_flow() { return std::make_unique<GenerateUntilFlow>(); }

@@ -233,19 +233,15 @@ class MultipleChoiceFlow : public DecoderFlow {
 }  // namespace
 
 CalibrationSet multiple_choice_calibration(const RunSpec& spec) {
-  CalibrationSet c;
-  if (!direct_int8_settings(spec).needs_calibration()) return c;
-  const auto tokenizer = DecoderTokenizer::from_dir(tokenizer_dir(spec));
-  const auto n = static_cast<std::size_t>(spec.quantization.calibration_samples);
   // The first documents' requests, as the run feeds them.
-  const TaskFile task = task_file_for(spec);
-  c.dataset = spec.quantization.calibration_dataset.empty() ? spec.task.dataset : spec.quantization.calibration_dataset;
-  const auto docs = build_task_documents(task, c.dataset, {spec.task.num_fewshot, spec.task.fewshot_seed}, n);
-  for (auto& w : encode_documents(docs, tokenizer, checkpoint_dims(spec.model.path).max_positions)) {
-    for (auto& q : w.requests) c.sequences.push_back(std::move(q.input));
-  }
-  c.examples = static_cast<std::int64_t>(docs.size());
-  return c;
+  const std::int64_t max_length = checkpoint_dims(spec.model.path).max_positions;
+  return task_file_calibration(spec, [&](const std::vector<TaskDocument>& docs, const DecoderTokenizer& tok) {
+    std::vector<std::vector<std::int64_t>> out;
+    for (auto& w : encode_documents(docs, tok, max_length)) {
+      for (auto& q : w.requests) out.push_back(std::move(q.input));
+    }
+    return out;
+  });
 }
 
 std::unique_ptr<TaskFlow> make_multiple_choice_flow() { return std::make_unique<MultipleChoiceFlow>(); }
