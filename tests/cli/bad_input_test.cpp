@@ -663,7 +663,7 @@ std::vector<Case> guard_cases() {
       {"model: RoBERTa layer_norm_eps 0", [](P d) { edit_config_json(d, "qa", [](json& j) { j["layer_norm_eps"] = 0; }); return qa_cfg(d); }, {"config.json: layer_norm_eps"}},
       {"model: RoBERTa model_type bert", [](P d) { edit_config_json(d, "qa", [](json& j) { j["model_type"] = "bert"; }); return qa_cfg(d); }, {"config.json: model_type", "bert"}},
       {"model: Llama hidden_act gelu", [](P d) { edit_config_json(d, "llama", [](json& j) { j["hidden_act"] = "gelu"; }); return gen_cfg(d, prompts(d)); }, {"config.json: hidden_act", "gelu"}},
-      {"model: Llama rope_scaling linear", [](P d) { edit_config_json(d, "llama", [](json& j) { j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}}; }); return gen_cfg(d, prompts(d)); }, {"config.json: rope_scaling.rope_type", "linear"}},
+      {"model: Llama rope_scaling linear factor 0.5", [](P d) { edit_config_json(d, "llama", [](json& j) { j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 0.5}}; }); return gen_cfg(d, prompts(d)); }, {"config.json: rope_scaling.factor", "0.5"}},
       {"model: Llama rope_scaling yarn", [](P d) { edit_config_json(d, "llama", [](json& j) { j["rope_scaling"] = {{"type", "yarn"}, {"factor", 2.0}}; }); return gen_cfg(d, prompts(d)); }, {"config.json: rope_scaling.rope_type", "yarn"}},
       {"model: Llama attention_bias", [](P d) { edit_config_json(d, "llama", [](json& j) { j["attention_bias"] = true; }); return gen_cfg(d, prompts(d)); }, {"config.json: attention_bias"}},
       {"model: Llama mlp_bias", [](P d) { edit_config_json(d, "llama", [](json& j) { j["mlp_bias"] = true; }); return gen_cfg(d, prompts(d)); }, {"config.json: mlp_bias"}},
