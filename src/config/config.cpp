@@ -281,10 +281,10 @@ const std::vector<KeySpec>& key_specs() {
        .help = "qa only: also write predictions in the official SQuAD evaluation script's format",
        .apply = [](RunSpec& r, const Scalar& v) { r.output.predictions_json = v.s; }},
       {.section = "output", .key = "lm_eval_json", .kind = Kind::string, .per_task = true, .default_note = "\"\" (not written)", .allowed_note = "file",
-       .help = "multiple_choice only: also write lm-evaluation-harness's results JSON layout",
+       .help = "multiple_choice / generate_until: also write lm-evaluation-harness's results JSON layout",
        .apply = [](RunSpec& r, const Scalar& v) { r.output.lm_eval_json = v.s; }},
       {.section = "output", .key = "samples_jsonl", .kind = Kind::string, .per_task = true, .default_note = "\"\" (not written)", .allowed_note = "file",
-       .help = "multiple_choice only: also write lm-evaluation-harness's samples JSONL (one line per document, with its hashes)",
+       .help = "multiple_choice / generate_until: also write lm-evaluation-harness's samples JSONL (a line per document, generate_until one per filter, with its hashes)",
        .apply = [](RunSpec& r, const Scalar& v) { r.output.samples_jsonl = v.s; }},
       // [validation]
       {.section = "validation", .key = "golden", .kind = Kind::string, .per_task = true, .default_note = "\"\" (off)", .allowed_note = "file",

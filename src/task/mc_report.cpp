@@ -29,21 +29,25 @@ ojson number_or_na(double v) { return std::isfinite(v) ? ojson(v) : ojson("N/A")
 
 }  // namespace
 
-std::string lm_eval_results_json(const McRunInfo& info, const McMetrics& m) {
+std::string lm_eval_results_json(const McRunInfo& info, const std::string& output_type, std::size_t n_documents,
+                                 const std::vector<LmEvalMetric>& metrics) {
   const std::string& t = info.task;
   ojson j;
-  j["results"][t] = {{"alias", t},
-                     {"acc,none", m.acc},
-                     {"acc_stderr,none", number_or_na(m.acc_stderr)},
-                     {"acc_norm,none", m.acc_norm},
-                     {"acc_norm_stderr,none", number_or_na(m.acc_norm_stderr)}};
+  ojson& results = j["results"][t];
+  results["alias"] = t;
+  ojson metric_list = ojson::array(), higher = ojson::object();
+  for (const auto& m : metrics) {
+    results[m.name + "," + m.filter] = m.value;
+    results[m.name + "_stderr," + m.filter] = number_or_na(m.standard_error);
+    if (!higher.contains(m.name)) {
+      metric_list.push_back({{"metric", m.name}, {"aggregation", "mean"}, {"higher_is_better", true}});
+      higher[m.name] = true;
+    }
+  }
   j["group_subtasks"][t] = ojson::array();
-  ojson metric_list = ojson::array();
-  for (const char* name : {"acc", "acc_norm"})
-    metric_list.push_back({{"metric", name}, {"aggregation", "mean"}, {"higher_is_better", true}});
   j["configs"][t] = {{"task", t},
                      {"task_file", info.task_file},
-                     {"output_type", "multiple_choice"},
+                     {"output_type", output_type},
                      {"num_fewshot", info.num_fewshot},
                      {"fewshot_config", {{"sampler", "default"}, {"seed", info.fewshot_seed}}},
                      {"target_delimiter", info.target_delimiter},
@@ -51,17 +55,22 @@ std::string lm_eval_results_json(const McRunInfo& info, const McMetrics& m) {
                      {"metric_list", metric_list}};
   j["versions"][t] = 1.0;
   j["n-shot"][t] = info.num_fewshot;
-  j["higher_is_better"][t] = {{"acc", true}, {"acc_norm", true}};
-  j["n-samples"][t] = {{"original", info.n_original}, {"effective", m.n_documents}};
+  j["higher_is_better"][t] = higher;
+  j["n-samples"][t] = {{"original", info.n_original}, {"effective", n_documents}};
   j["config"] = {{"model", "evalrun"},
                  {"model_args", "pretrained=" + info.model_path},
                  {"batch_size", info.batch_size},
-                 {"limit", info.n_original == m.n_documents ? ojson(nullptr) : ojson(m.n_documents)},
+                 {"limit", info.n_original == n_documents ? ojson(nullptr) : ojson(n_documents)},
                  {"bootstrap_iters", 0},
                  {"random_seed", nullptr},
                  {"fewshot_seed", info.fewshot_seed}};
   j["evalrun_version"] = info.evalrun_version;
   return j.dump(2);
+}
+
+std::string lm_eval_results_json(const McRunInfo& info, const McMetrics& m) {
+  return lm_eval_results_json(info, "multiple_choice", m.n_documents,
+                              {{"acc", "none", m.acc, m.acc_stderr}, {"acc_norm", "none", m.acc_norm, m.acc_norm_stderr}});
 }
 
 std::string python_json_dump_indent2(const std::string& json_text, const std::string& where) {
@@ -102,6 +111,27 @@ std::string lm_eval_sample_line(const TaskDocument& doc, const McDocScores& scor
   line["target_hash"] = sha256_hex(std::to_string(doc.gold));
   line["acc"] = decision.acc ? 1.0 : 0.0;
   line["acc_norm"] = decision.acc_norm ? 1.0 : 0.0;
+  return line.dump();
+}
+
+std::string lm_eval_generation_sample_line(const TaskDocument& doc, const std::vector<std::string>& until,
+                                           int max_gen_toks, const std::string& response, const std::string& filter,
+                                           const std::string& answer, bool exact) {
+  ojson line;
+  line["doc_id"] = doc.doc_id;
+  const std::string dumped = python_json_dump_indent2(doc.doc_json, doc.where);
+  line["doc"] = ojson::parse(dumped);
+  line["target"] = doc.target;
+  const std::string context = doc.requests.empty() ? std::string() : doc.requests.front().context;
+  line["arguments"] = ojson::array({ojson::array({context, {{"until", until}, {"max_gen_toks", max_gen_toks}}})});
+  line["resps"] = ojson::array({ojson::array({response})});
+  line["filtered_resps"] = ojson::array({answer});
+  line["filter"] = filter;
+  line["metrics"] = {"exact_match"};
+  line["doc_hash"] = sha256_hex(dumped);
+  line["prompt_hash"] = sha256_hex(context);
+  line["target_hash"] = sha256_hex(doc.target);
+  line["exact_match"] = exact ? 1.0 : 0.0;
   return line.dump();
 }
 

@@ -34,9 +34,19 @@ struct McRunInfo {
   std::string evalrun_version;
 };
 
-// {"results": {task: {"alias", "acc,none", "acc_stderr,none", "acc_norm,none", "acc_norm_stderr,none"}},
-//  "group_subtasks", "configs", "versions", "n-shot", "higher_is_better", "n-samples", "config", ...}
-// as one JSON text (indent 2).
+// One aggregated metric of lm-eval's results: "<name>,<filter>" and "<name>_stderr,<filter>".
+struct LmEvalMetric {
+  std::string name;             // "acc", "exact_match"
+  std::string filter = "none";  // the filter pipeline it was computed after
+  double value = 0.0, standard_error = 0.0;
+};
+
+// {"results": {task: {"alias", "<metric>,<filter>", "<metric>_stderr,<filter>", ...}}, "group_subtasks",
+//  "configs" (output_type, metric_list), "versions", "n-shot", "higher_is_better", "n-samples", "config",
+//  ...} as one JSON text (indent 2); n_documents is the effective sample count.
+std::string lm_eval_results_json(const McRunInfo& info, const std::string& output_type, std::size_t n_documents,
+                                 const std::vector<LmEvalMetric>& metrics);
+// multiple_choice's: acc and acc_norm under the filter "none".
 std::string lm_eval_results_json(const McRunInfo& info, const McMetrics& metrics);
 
 // One samples JSONL line (no newline) for a document: doc_id, doc, target (the gold index), arguments
@@ -45,6 +55,13 @@ std::string lm_eval_results_json(const McRunInfo& info, const McMetrics& metrics
 // of json.dumps(doc, indent=2, ensure_ascii=False), of the first request's context, of str(target)),
 // acc, acc_norm. InputError naming doc.where for a doc_json that is not JSON.
 std::string lm_eval_sample_line(const TaskDocument& doc, const McDocScores& scores, const McDecision& decision);
+
+// generate_until's samples line for one document and one filter, as lm-eval writes one per filter:
+// doc_id, doc, target (the target text), arguments [[context, {"until", "max_gen_toks"}]], resps
+// [[response]], filtered_resps [answer], filter, metrics ["exact_match"], the three hashes, exact_match.
+std::string lm_eval_generation_sample_line(const TaskDocument& doc, const std::vector<std::string>& until,
+                                           int max_gen_toks, const std::string& response, const std::string& filter,
+                                           const std::string& answer, bool exact);
 
 // Python json.dumps(value, indent=2, ensure_ascii=False) of a JSON text, keys in their order.
 std::string python_json_dump_indent2(const std::string& json_text, const std::string& where);

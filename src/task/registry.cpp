@@ -63,7 +63,7 @@ const std::vector<TaskInfo>& task_registry() {
        .name = "generate_until",
        .role = ModelRole::decoder,
        .summary = "generation of a task file scored against gold: exact match (lm-evaluation-harness)",
-       .keys = {"task.task_file", "task.num_fewshot", "task.fewshot_seed"},
+       .keys = {"task.task_file", "task.num_fewshot", "task.fewshot_seed", "output.lm_eval_json", "output.samples_jsonl"},
        .thresholds_section = "generate_until",
        .logits_by_default = false,
        .reads_task_file = true},

@@ -141,7 +141,38 @@ TEST_F(ScoringRun, MultipleChoiceWritesLmEvalOutputAndComparePasses) {
 TEST_F(ScoringRun, GenerateUntilIndependentOfRanksAndBatch) {
   const std::string cfg = config("generate_until", "gsm8k");
   const std::string few = " --set task.max_samples=3";
-  H5Reader a(run(cfg, 1, "gsm-n1-b1.h5", few + " --set task.batch_size=1"));
+  const fs::path json = dir_ / "gsm.json", jsonl = dir_ / "gsm.jsonl";
+  H5Reader a(run(cfg, 1, "gsm-n1-b1.h5",
+                 few + " --set task.batch_size=1 --set output.lm_eval_json=" + quote(json.string()) +
+                     " --set output.samples_jsonl=" + quote(jsonl.string())));
+  // lm-eval's layouts: exact_match per filter as the result file has it; a samples line per document
+  // and filter, its response the stored (cut) response.
+  const auto results = nlohmann::json::parse(read_all(json));
+  for (const char* f : {"strict-match", "flexible-extract"}) {
+    EXPECT_DOUBLE_EQ(results["results"]["gsm8k"][std::string("exact_match,") + f].get<double>(),
+                     a.attr_double("/metrics", std::string("exact_match,") + f))
+        << f;
+  }
+  EXPECT_EQ(results["configs"]["gsm8k"]["output_type"].get<std::string>(), "generate_until");
+  {
+    std::istringstream lines(read_all(jsonl));
+    std::string line;
+    std::size_t n = 0;
+    const auto cut = a.read_strings("/generated/response");
+    const auto strict = a.read_strings("/answers/strict-match/answer");
+    while (std::getline(lines, line)) {
+      const auto s = nlohmann::json::parse(line);
+      const auto doc = s["doc_id"].get<std::size_t>();
+      ASSERT_LT(doc, cut.size());
+      EXPECT_EQ(s["resps"][0][0].get<std::string>(), cut[doc]);
+      if (s["filter"] == "strict-match") {
+        EXPECT_EQ(s["filtered_resps"][0].get<std::string>(), strict[doc]);
+      }
+      EXPECT_EQ(s["arguments"][0][1]["max_gen_toks"].get<int>(), 256);
+      ++n;
+    }
+    EXPECT_EQ(n, 2 * cut.size());  // two filters
+  }
   const auto gen = a.read_ragged_i64("/generated/ids");
   const auto responses = a.read_strings("/generated/response");
   ASSERT_EQ(gen.size(), 3u);

@@ -3,6 +3,7 @@
 #include "common/errors.hpp"
 #include "common/logging.hpp"
 #include "dist/serialize.hpp"
+#include "io/text_file.hpp"
 
 namespace evalrun {
 
@@ -25,6 +26,33 @@ TaskFile task_file_for(const RunSpec& spec) {
 
 std::vector<TaskDocument> task_documents(const RunSpec& spec, const TaskFile& task, std::size_t max_docs) {
   return build_task_documents(task, spec.task.dataset, {spec.task.num_fewshot, spec.task.fewshot_seed}, max_docs);
+}
+
+McRunInfo lm_eval_run_info(const RunSpec& spec, const TaskFile& task, std::size_t n_original) {
+  McRunInfo info;
+  info.task = task.name;
+  info.task_file = spec.task.task_file;
+  info.num_fewshot = spec.task.num_fewshot;
+  info.fewshot_seed = spec.task.fewshot_seed;
+  info.target_delimiter = task.target_delimiter;
+  info.fewshot_delimiter = task.fewshot_delimiter;
+  info.n_original = n_original;
+  info.model_path = spec.model.path;
+  info.batch_size = spec.task.batch_size;
+  info.evalrun_version = version();
+  return info;
+}
+
+void write_lm_eval_outputs(const RunSpec& spec, const std::string& results_json,
+                           const std::vector<std::string>& sample_lines) {
+  if (!spec.output.lm_eval_json.empty()) {
+    write_text_file(spec.output.lm_eval_json, results_json + "\n", "the lm-eval results JSON");
+  }
+  if (!spec.output.samples_jsonl.empty()) {
+    std::string text;
+    for (const auto& line : sample_lines) text += line + "\n";
+    write_text_file(spec.output.samples_jsonl, text, "the lm-eval samples JSONL");
+  }
 }
 
 CalibrationSet task_file_calibration(

@@ -14,6 +14,7 @@
 #include "app/direct_quant.hpp"
 #include "app/task_flow.hpp"
 #include "model/registry.hpp"
+#include "task/mc_report.hpp"
 #include "task/task_file.hpp"
 #include "tokenizer/decoder_tokenizer.hpp"
 
@@ -59,6 +60,11 @@ TaskFile task_file_for(const RunSpec& spec);
 // ... and its documents: task.dataset or the task file's own, with the run's few-shot settings; the
 // first max_docs (0 = all).
 std::vector<TaskDocument> task_documents(const RunSpec& spec, const TaskFile& task, std::size_t max_docs);
+// lm-eval's run facts of such a run (results JSON), and the writing of output.lm_eval_json (the results
+// text) and output.samples_jsonl (one line each), when set, through a temporary name and a rename.
+McRunInfo lm_eval_run_info(const RunSpec& spec, const TaskFile& task, std::size_t n_original);
+void write_lm_eval_outputs(const RunSpec& spec, const std::string& results_json,
+                           const std::vector<std::string>& sample_lines);
 // Direct INT8's calibration inputs of such a task: the first calibration_samples documents of
 // quantization.calibration_dataset (else the run's documents), turned into model inputs by `inputs`
 // as the run feeds them. Empty when the settings need no calibration.

@@ -86,6 +86,7 @@ class GenerateUntilFlow : public DecoderFlow {
     std::vector<std::vector<std::int64_t>> exact(n_filters);
     std::vector<std::vector<double>> exact_values(n_filters);
     std::vector<double> item_seconds;
+    std::vector<std::string> sample_lines;
     std::size_t new_tokens = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const auto& g = res[i];
@@ -100,6 +101,10 @@ class GenerateUntilFlow : public DecoderFlow {
       generated.push_back(g.generated_ids);
       stopped.push_back(g.stopped ? 1 : 0);
       for (std::size_t f = 0; f < n_filters; ++f) {
+        if (!spec.output.samples_jsonl.empty()) {
+          sample_lines.push_back(lm_eval_generation_sample_line(docs_[i], stop_.until, static_cast<int>(stop_.max_gen_toks),
+                                                                s.response, scoring_.filters[f].name, s.answers[f], s.exact[f]));
+        }
         answers[f].push_back(s.answers[f]);
         exact[f].push_back(s.exact[f] ? 1 : 0);
         exact_values[f].push_back(s.exact[f] ? 1.0 : 0.0);
@@ -130,6 +135,7 @@ class GenerateUntilFlow : public DecoderFlow {
     out.set_attr("/metrics", "num_fewshot", static_cast<std::int64_t>(spec.task.num_fewshot));
     out.set_attr("/metrics", "generated_tokens", static_cast<std::int64_t>(new_tokens));
     std::string summary;
+    std::vector<LmEvalMetric> metrics;
     for (std::size_t f = 0; f < n_filters; ++f) {
       const std::string& name = scoring_.filters[f].name;
       out.write_strings("/answers/" + name + "/answer", answers[f]);
@@ -137,10 +143,13 @@ class GenerateUntilFlow : public DecoderFlow {
       const MeanWithStderr m = mean_with_stderr(exact_values[f]);
       out.set_attr("/metrics", "exact_match," + name, m.mean);
       out.set_attr("/metrics", "exact_match_stderr," + name, m.standard_error);
+      metrics.push_back({"exact_match", name, m.mean, m.standard_error});
       summary += (summary.empty() ? "" : ", ") + name + " " + std::to_string(m.mean);
     }
     write_timing(out, times, item_seconds, n, new_tokens, n);
     out.commit();
+    write_lm_eval_outputs(spec, lm_eval_results_json(lm_eval_run_info(spec, task_, n_original_), "generate_until", n, metrics),
+                          sample_lines);
     log().info("generate_until {}: {} documents, exact match {}", task_.name, n, summary);
   }
 

@@ -12,7 +12,6 @@
 #include "common/errors.hpp"
 #include "common/logging.hpp"
 #include "io/hdf5_file.hpp"
-#include "io/text_file.hpp"
 #include "task/input_limits.hpp"
 #include "task/mc_report.hpp"
 #include "task/multiple_choice.hpp"
@@ -152,25 +151,7 @@ class MultipleChoiceFlow : public DecoderFlow {
     out.set_attr("/metrics", "acc_norm_stderr", m.acc_norm_stderr);
     write_timing(out, times, item_seconds, n, tokens, n);
     out.commit();
-    if (!spec.output.lm_eval_json.empty()) {
-      McRunInfo info;
-      info.task = task_.name;
-      info.task_file = spec.task.task_file;
-      info.num_fewshot = spec.task.num_fewshot;
-      info.fewshot_seed = spec.task.fewshot_seed;
-      info.target_delimiter = task_.target_delimiter;
-      info.fewshot_delimiter = task_.fewshot_delimiter;
-      info.n_original = n_original_;
-      info.model_path = spec.model.path;
-      info.batch_size = spec.task.batch_size;
-      info.evalrun_version = version();
-      write_text_file(spec.output.lm_eval_json, lm_eval_results_json(info, m) + "\n", "the lm-eval results JSON");
-    }
-    if (!spec.output.samples_jsonl.empty()) {
-      std::string text;
-      for (const auto& line : samples) text += line + "\n";
-      write_text_file(spec.output.samples_jsonl, text, "the lm-eval samples JSONL");
-    }
+    write_lm_eval_outputs(spec, lm_eval_results_json(lm_eval_run_info(spec, task_, n_original_), m), samples);
     log().info("multiple_choice {}: {} documents, acc {:.4f} +- {:.4f}, acc_norm {:.4f} +- {:.4f}", task_.name, n, m.acc,
                m.acc_stderr, m.acc_norm, m.acc_norm_stderr);
   }
