@@ -125,4 +125,10 @@ std::size_t find_invalid_utf8(std::string_view text) {
   return std::string_view::npos;
 }
 
+std::size_t utf8_code_point_count(std::string_view text) {
+  std::size_t n = 0;
+  for (unsigned char c : text) n += (c & 0xC0U) != 0x80U ? 1 : 0;
+  return n;
+}
+
 }  // namespace evalrun

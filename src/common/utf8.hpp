@@ -38,6 +38,9 @@ std::string utf8_replace_invalid(std::string_view bytes);
 // str index k starts, and size() - 1 is the code point count. Every byte that is not a continuation
 // byte (10xxxxxx) starts a code point; on ill-formed text that differs from decode_utf8_at's walk.
 std::vector<std::size_t> utf8_code_point_starts(std::string_view text);
+// Python's len(str) of valid UTF-8 text: its code points, counted by the same rule without the table
+// (utf8_code_point_starts(text).size() - 1).
+std::size_t utf8_code_point_count(std::string_view text);
 
 // Unicode White_Space (25 characters): what \s matches in Python's `regex` module (GPT-2's split pattern).
 bool is_unicode_white_space(char32_t c);

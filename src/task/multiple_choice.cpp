@@ -1,5 +1,7 @@
 #include "task/multiple_choice.hpp"
 
+#include "common/utf8.hpp"
+
 #include <algorithm>
 #include <chrono>
 
@@ -253,12 +255,6 @@ std::vector<McDocScores> score_mc_documents(CausalLM& model, const std::vector<M
   return out;
 }
 
-std::size_t utf8_length(std::string_view text) {
-  std::size_t n = 0;
-  for (unsigned char c : text) n += (c & 0xC0U) != 0x80U ? 1 : 0;
-  return n;
-}
-
 McDecision decide_multiple_choice(const std::vector<double>& loglikelihoods, const std::vector<std::string>& choices,
                                   std::int64_t gold, const std::string& where) {
   if (loglikelihoods.size() != choices.size() || choices.empty()) {
@@ -272,7 +268,7 @@ McDecision decide_multiple_choice(const std::vector<double>& loglikelihoods, con
   McDecision d;
   double best = loglikelihoods[0], best_norm = 0.0;
   for (std::size_t i = 0; i < choices.size(); ++i) {
-    const std::size_t len = utf8_length(choices[i]);
+    const std::size_t len = utf8_code_point_count(choices[i]);
     if (len == 0) throw InputError(where, "choice " + std::to_string(i) + " is empty (acc_norm divides by its length)");
     const double norm = loglikelihoods[i] / static_cast<double>(len);
     if (loglikelihoods[i] > best) best = loglikelihoods[i], d.pred = static_cast<std::int64_t>(i);  // strict: first max

@@ -97,13 +97,10 @@ struct McOptions {
 std::vector<McDocScores> score_mc_documents(CausalLM& model, const std::vector<McDocWork>& docs,
                                             const McOptions& options, const BatchDone<McDocScores>& batch_done = {});
 
-// Unicode code points of UTF-8 text: Python's len(str) (continuation bytes 10xxxxxx are not counted).
-std::size_t utf8_length(std::string_view text);
-
 // One document's decisions.
 struct McDecision {
   std::int64_t pred = 0;       // argmax ll (first maximum)
-  std::int64_t pred_norm = 0;  // argmax ll / utf8_length(choice) (first maximum)
+  std::int64_t pred_norm = 0;  // argmax ll / utf8_code_point_count(choice) (first maximum)
   bool acc = false, acc_norm = false;
 };
 // InputError naming `where` for a count mismatch, a gold outside the choices, an empty choice.

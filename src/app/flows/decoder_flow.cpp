@@ -1,5 +1,6 @@
 #include "app/flows/decoder_flow.hpp"
 
+#include "app/result_file.hpp"
 #include "common/errors.hpp"
 #include "common/logging.hpp"
 #include "dist/serialize.hpp"
@@ -26,6 +27,25 @@ TaskFile task_file_for(const RunSpec& spec) {
 
 std::vector<TaskDocument> task_documents(const RunSpec& spec, const TaskFile& task, std::size_t max_docs) {
   return build_task_documents(task, spec.task.dataset, {spec.task.num_fewshot, spec.task.fewshot_seed}, max_docs);
+}
+
+std::string document_sample_id(const TaskDocument& doc) { return "doc-" + std::to_string(doc.doc_id); }
+
+void write_task_documents(H5Writer& out, const RunSpec& spec, const Provenance& prov, const TaskFile& task,
+                          const std::vector<TaskDocument>& docs) {
+  std::vector<std::string> ids, prompts;
+  std::vector<std::int64_t> doc_ids;
+  for (const auto& d : docs) {
+    ids.push_back(document_sample_id(d));
+    doc_ids.push_back(static_cast<std::int64_t>(d.doc_id));
+    prompts.push_back(d.requests.front().context);
+  }
+  write_provenance(out, spec, prov);
+  write_sample_index(out, ids);
+  out.set_attr("/", "task_file", spec.task.task_file);
+  out.set_attr("/", "task_name", task.name);
+  out.write("/documents/doc_id", doc_ids);
+  out.write_strings("/documents/prompt", prompts);
 }
 
 McRunInfo lm_eval_run_info(const RunSpec& spec, const TaskFile& task, std::size_t n_original) {

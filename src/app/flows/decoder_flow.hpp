@@ -60,6 +60,13 @@ TaskFile task_file_for(const RunSpec& spec);
 // ... and its documents: task.dataset or the task file's own, with the run's few-shot settings; the
 // first max_docs (0 = all).
 std::vector<TaskDocument> task_documents(const RunSpec& spec, const TaskFile& task, std::size_t max_docs);
+// A document's sample id in the result file: "doc-<doc_id>".
+std::string document_sample_id(const TaskDocument& doc);
+// What such a run's result file starts with: provenance, /samples (the document ids), the root
+// attributes task_file and task_name, /documents/doc_id and /documents/prompt (the first request's
+// context, few-shot examples included).
+void write_task_documents(H5Writer& out, const RunSpec& spec, const Provenance& prov, const TaskFile& task,
+                          const std::vector<TaskDocument>& docs);
 // lm-eval's run facts of such a run (results JSON), and the writing of output.lm_eval_json (the results
 // text) and output.samples_jsonl (one line each), when set, through a temporary name and a rename.
 McRunInfo lm_eval_run_info(const RunSpec& spec, const TaskFile& task, std::size_t n_original);

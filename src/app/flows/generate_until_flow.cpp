@@ -79,9 +79,9 @@ class GenerateUntilFlow : public DecoderFlow {
     const std::size_t n = docs_.size();
     const auto res = read_gathered_records<GenerationResult>(gathered, n, "document");
     const std::size_t n_filters = scoring_.filters.size();
-    std::vector<std::string> ids, prompts, targets, raw, responses;
+    std::vector<std::string> targets, raw, responses;
     std::vector<std::vector<std::int64_t>> generated;
-    std::vector<std::int64_t> stopped, doc_ids;
+    std::vector<std::int64_t> stopped;
     std::vector<std::vector<std::string>> answers(n_filters);
     std::vector<std::vector<std::int64_t>> exact(n_filters);
     std::vector<std::vector<double>> exact_values(n_filters);
@@ -92,9 +92,6 @@ class GenerateUntilFlow : public DecoderFlow {
       const auto& g = res[i];
       const std::string text = tokenizer_->decode(g.generated_ids, /*skip_special_tokens=*/true);
       const ScoredResponse s = score_response(text, docs_[i].target, scoring_);
-      ids.push_back(items_[i].id);
-      doc_ids.push_back(static_cast<std::int64_t>(docs_[i].doc_id));
-      prompts.push_back(docs_[i].requests.front().context);
       targets.push_back(docs_[i].target);
       raw.push_back(text);
       responses.push_back(s.response);
@@ -117,12 +114,7 @@ class GenerateUntilFlow : public DecoderFlow {
 
     H5Writer out(spec.output.path);
     prov.end_time = utc_now_iso8601();
-    write_provenance(out, spec, prov);
-    write_sample_index(out, ids);
-    out.set_attr("/", "task_file", spec.task.task_file);
-    out.set_attr("/", "task_name", task_.name);
-    out.write("/documents/doc_id", doc_ids);
-    out.write_strings("/documents/prompt", prompts);
+    write_task_documents(out, spec, prov, task_, docs_);
     out.write_strings("/documents/target", targets);
     out.write_ragged("/samples/prompt_ids", prompt_ids_);
     out.write("/samples/prompt_truncated", truncated_);
@@ -179,7 +171,7 @@ class GenerateUntilFlow : public DecoderFlow {
     for (std::size_t i = 0; i < docs_.size(); ++i) {
       GenerationItem it;
       it.index = i;
-      it.id = "doc-" + std::to_string(docs_[i].doc_id);
+      it.id = document_sample_id(docs_[i]);
       it.prompt_ids = tokenizer_->encode(docs_[i].requests.front().context);
       if (it.prompt_ids.empty()) throw InputError(docs_[i].where, "the prompt tokenizes to nothing");
       const auto len = static_cast<std::int64_t>(it.prompt_ids.size());

@@ -70,8 +70,8 @@ class MultipleChoiceFlow : public DecoderFlow {
     const std::size_t n = docs_.size();
     const auto res = read_gathered_records<McDocScores>(gathered, n, "document");
     std::vector<McDecision> decisions;
-    std::vector<std::string> ids, prompts, samples, req_context, req_continuation, req_choice;
-    std::vector<std::int64_t> doc_ids, gold, pred, pred_norm, acc, acc_norm, first_request, n_choices;
+    std::vector<std::string> samples, req_context, req_continuation, req_choice;
+    std::vector<std::int64_t> gold, pred, pred_norm, acc, acc_norm, first_request, n_choices;
     std::vector<std::int64_t> req_doc, req_greedy, req_tokens, req_truncated;
     std::vector<double> req_ll, item_seconds;
     std::vector<std::vector<std::int64_t>> req_input, req_target;
@@ -86,9 +86,6 @@ class MultipleChoiceFlow : public DecoderFlow {
       }
       const McDecision dec = decide_multiple_choice(ll, d.choices, d.gold, d.where);
       decisions.push_back(dec);
-      ids.push_back("doc-" + std::to_string(d.doc_id));
-      doc_ids.push_back(static_cast<std::int64_t>(d.doc_id));
-      prompts.push_back(d.requests.front().context);
       gold.push_back(d.gold);
       pred.push_back(dec.pred);
       pred_norm.push_back(dec.pred_norm);
@@ -118,12 +115,7 @@ class MultipleChoiceFlow : public DecoderFlow {
 
     H5Writer out(spec.output.path);
     prov.end_time = utc_now_iso8601();
-    write_provenance(out, spec, prov);
-    write_sample_index(out, ids);
-    out.set_attr("/", "task_file", spec.task.task_file);
-    out.set_attr("/", "task_name", task_.name);
-    out.write("/documents/doc_id", doc_ids);
-    out.write_strings("/documents/prompt", prompts);
+    write_task_documents(out, spec, prov, task_, docs_);
     out.write("/documents/gold", gold);
     out.write("/documents/pred", pred);
     out.write("/documents/pred_norm", pred_norm);

@@ -4,6 +4,8 @@
 // forward per request (independent of the task code) with share_context on and off, batch 1 and 3.
 #include "task/multiple_choice.hpp"
 
+#include "common/utf8.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -47,8 +49,8 @@ TEST(McDecision, TiesGoToTheFirstChoiceAsNumpyArgmax) {
 TEST(McDecision, AccNormDividesByCodePointsNotBytes) {
   // "ééé": 3 code points, 6 bytes; "abcd": 4 of each. ll -3.3 vs -4.0:
   //   acc: -3.3 > -4.0 -> 0; code points: -1.1 < -1.0 -> 1; bytes would give -0.55 > -1.0 -> 0.
-  EXPECT_EQ(utf8_length("\xC3\xA9\xC3\xA9\xC3\xA9"), 3u);
-  EXPECT_EQ(utf8_length("\xE2\x82\xAC" "a"), 2u);  // "€a"
+  EXPECT_EQ(utf8_code_point_count("\xC3\xA9\xC3\xA9\xC3\xA9"), 3u);
+  EXPECT_EQ(utf8_code_point_count("\xE2\x82\xAC" "a"), 2u);  // "€a"
   const auto d = decide_multiple_choice({-3.3, -4.0}, {"\xC3\xA9\xC3\xA9\xC3\xA9", "abcd"}, 1, "t");
   EXPECT_EQ(d.pred, 0);
   EXPECT_FALSE(d.acc);
