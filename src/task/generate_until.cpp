@@ -1,8 +1,5 @@
 #include "task/generate_until.hpp"
 
-#include <cmath>
-#include <limits>
-
 namespace evalrun {
 
 GenerateUntilScoring generation_scoring(const TaskFile& task) {
@@ -39,22 +36,6 @@ ScoredResponse score_response(const std::string& generated_text, const std::stri
     s.answers.push_back(std::move(answer));
   }
   return s;
-}
-
-MeanWithStderr mean_with_stderr(const std::vector<double>& values) {
-  MeanWithStderr m;
-  const auto n = static_cast<double>(values.size());
-  if (values.empty()) return {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
-  for (double v : values) m.mean += v;
-  m.mean /= n;
-  if (values.size() < 2) {
-    m.standard_error = std::numeric_limits<double>::quiet_NaN();
-    return m;
-  }
-  double ss = 0.0;
-  for (double v : values) ss += (v - m.mean) * (v - m.mean);
-  m.standard_error = std::sqrt(ss / (n - 1.0)) / std::sqrt(n);
-  return m;
 }
 
 }  // namespace evalrun

@@ -42,12 +42,4 @@ struct ScoredResponse {
 ScoredResponse score_response(const std::string& generated_text, const std::string& target,
                               const GenerateUntilScoring& scoring);
 
-// lm-eval's mean and mean_stderr (sample standard deviation / sqrt(n)); the stderr is NaN for n < 2,
-// where lm-eval reports "N/A".
-struct MeanWithStderr {
-  double mean = 0.0;
-  double standard_error = 0.0;
-};
-MeanWithStderr mean_with_stderr(const std::vector<double>& values);
-
 }  // namespace evalrun

@@ -69,6 +69,12 @@ std::uint64_t PyRandom::randbelow(std::uint64_t n) {
   return r;
 }
 
+double PyRandom::random() {
+  // CPython's genrand_res53: a 27-bit and a 26-bit part, (a * 2**26 + b) / 2**53.
+  const std::uint32_t a = genrand_uint32() >> 5, b = genrand_uint32() >> 6;
+  return (static_cast<double>(a) * 67108864.0 + static_cast<double>(b)) * (1.0 / 9007199254740992.0);
+}
+
 std::vector<std::size_t> PyRandom::sample(std::size_t n, std::size_t k) {
   if (k > n) throw std::logic_error("PyRandom::sample: sample larger than population");
   std::vector<std::size_t> out(k);

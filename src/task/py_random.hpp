@@ -1,6 +1,6 @@
 // CPython's random.Random, the part lm-evaluation-harness's few-shot sampler uses: seeding from an
 // integer (init_by_array over the seed's 32-bit words), MT19937, getrandbits, _randbelow and
-// random.sample's index choices. The same seed draws the same few-shot examples as lm-eval.
+// random.sample's index choices, random() (random.choices draws with it). The same seed draws the same few-shot examples as lm-eval.
 #pragma once
 
 #include <array>
@@ -17,6 +17,7 @@ class PyRandom {
   std::uint32_t genrand_uint32();
   std::uint32_t getrandbits(int k);     // 0 < k <= 32
   std::uint64_t randbelow(std::uint64_t n);  // Random._randbelow_with_getrandbits, 0 < n < 2**32
+  double random();  // random.random(): 53 bits from two outputs, in [0, 1)
   // The positions random.sample(range(n), k) picks, in order (0 <= k <= n).
   std::vector<std::size_t> sample(std::size_t n, std::size_t k);
 

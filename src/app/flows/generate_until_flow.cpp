@@ -14,6 +14,7 @@
 #include "io/hdf5_file.hpp"
 #include "task/generate.hpp"
 #include "task/generate_until.hpp"
+#include "task/lm_eval_stats.hpp"
 #include "task/input_limits.hpp"
 
 namespace evalrun {

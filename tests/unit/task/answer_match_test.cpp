@@ -8,6 +8,7 @@
 
 #include "common/errors.hpp"
 #include "task/generate_until.hpp"
+#include "task/lm_eval_stats.hpp"
 
 namespace evalrun {
 namespace {

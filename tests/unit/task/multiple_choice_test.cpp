@@ -22,7 +22,7 @@
 #include "io/hdf5_file.hpp"
 #include "model/llama.hpp"
 #include "model/registry.hpp"
-#include "task/generate_until.hpp"
+#include "task/lm_eval_stats.hpp"
 #include "task/mc_report.hpp"
 #include "task/task_file.hpp"
 #include "test_util.hpp"

@@ -5,11 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "common/errors.hpp"
+#include "task/lm_eval_stats.hpp"
 #include "task/py_random.hpp"
 #include "task/template.hpp"
 #include "test_util.hpp"
@@ -128,6 +130,28 @@ TEST(PyRandomTest, MatchesCPython) {
   EXPECT_EQ(c.getrandbits(5), 12U);
   PyRandom d((1ULL << 40) + 5);  // two key words
   EXPECT_EQ(d.getrandbits(32), 2166296868U);
+  // random.Random(1234).random() three times, Random(0).random(): bit-exact doubles.
+  PyRandom e(1234);
+  EXPECT_EQ(e.random(), 0.9664535356921388);
+  EXPECT_EQ(e.random(), 0.4407325991753527);
+  EXPECT_EQ(e.random(), 0.007491470058587191);
+  EXPECT_EQ(PyRandom(0).random(), 0.8444218515250481);
+}
+
+// lm-eval's perplexity aggregation and bootstrap_stderr, against the values python3 (3.11) gives for
+// lm_eval.api.metrics' algorithm: chunks of min(1000, iters) resamples, chunk i from Random(i),
+// random.choices(xs, k=len(xs)), exp(-mean), the sample stddev of the replicates.
+TEST(LmEvalStatsTest, PerplexityAndItsBootstrapStderrMatchPython) {
+  const std::vector<double> xs{-1.5, -0.25, -3.0, -0.75, -2.125};
+  EXPECT_DOUBLE_EQ(perplexity_aggregate(xs), 4.595143569306688);
+  EXPECT_DOUBLE_EQ(perplexity_bootstrap_stderr(xs, 2000), 2.3746092897921645);
+  EXPECT_DOUBLE_EQ(perplexity_bootstrap_stderr(xs), 2.3271393850703075);  // lm-eval's default 100000
+  EXPECT_DOUBLE_EQ(perplexity_bootstrap_stderr({-0.5, -4.0}, 1000), 20.364412071480984);
+  EXPECT_TRUE(std::isnan(perplexity_bootstrap_stderr({-0.5})));
+  EXPECT_TRUE(std::isnan(perplexity_aggregate({})));
+  const MeanWithStderr m = mean_with_stderr({1.0, 0.0, 1.0, 1.0});
+  EXPECT_DOUBLE_EQ(m.mean, 0.75);
+  EXPECT_DOUBLE_EQ(m.standard_error, 0.25);  // sample stddev sqrt(0.75 / 3) = 0.5, over sqrt(4)
 }
 
 TEST(TemplateTest, PathsIndexingAndFilters) {
