@@ -147,7 +147,7 @@ void check_run_paths(const RunSpec& spec) {
   const bool many = spec.task.kind == TaskKind::generate;
   const auto data = [&](const char* key, const std::string& value) { many ? g.dataset(key, value) : g.input(key, value); };
   if (spec.task.prompt_set.empty()) data("task.dataset", spec.task.dataset);
-  if (task_info(spec.task.kind).reads_task_file) {
+  if (task_info(spec.task.kind).task_file != TaskFileUse::none && !spec.task.task_file.empty()) {
     // The task file and the data sets it names (its own documents unless task.dataset is set, its
     // few-shot file) are inputs too.
     g.input("task.task_file", spec.task.task_file);

@@ -166,7 +166,7 @@ const std::vector<KeySpec>& key_specs() {
        .help = task_kind_help().c_str(),
        .apply = [](RunSpec& r, const Scalar& v) { r.task.kind = task_registry()[v.choice].kind; }},
       {.section = "task", .key = "dataset", .kind = Kind::string, .default_note = "(required)", .allowed_note = "file, dir, glob",
-       .help = "qa: SQuAD JSON / jsonl; mlm: jsonl {\"id\",\"text\",\"targets\"?} or a text file; generate: jsonl {\"id\",\"prompt\"}, a .txt file (one prompt), a directory or glob of .txt files; perplexity: a text file; loglikelihood: jsonl {\"context\",\"continuation\"}",
+       .help = "qa: SQuAD JSON / jsonl; mlm: jsonl {\"id\",\"text\",\"targets\"?} or a text file; generate: jsonl {\"id\",\"prompt\"}, a .txt file (one prompt), a directory or glob of .txt files; perplexity: a text file; loglikelihood: jsonl {\"context\",\"continuation\"} (or, with task.task_file, the task file's documents); multiple_choice / generate_until: the task file's documents in place of its own",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.dataset = v.s; }, .check = check_not_empty},
       {.section = "task", .key = "batch_size", .kind = Kind::integer, .min = 1, .max = kIntMax, .default_note = "8",
        .help = "sequences per forward pass on each rank (results do not depend on it)",
@@ -223,13 +223,13 @@ const std::vector<KeySpec>& key_specs() {
        .help = "perplexity only: window start step; 0 = context_length (no overlap); each token is scored once",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.stride = static_cast<int>(v.i); }},
       {.section = "task", .key = "task_file", .kind = Kind::string, .per_task = true, .default_note = "(required)", .allowed_note = "file",
-       .help = "multiple_choice / generate_until: the benchmark task file (tasks/*.toml: templates, choices, few-shot, stop strings, filters; docs/tasks.md)",
+       .help = "multiple_choice / generate_until (required), loglikelihood (optional: LAMBADA-style task files): the benchmark task file (tasks/*.toml: templates, choices, few-shot, stop strings, filters; docs/tasks.md)",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.task_file = v.s; }, .check = check_not_empty},
       {.section = "task", .key = "num_fewshot", .kind = Kind::integer, .max = 1000, .per_task = true, .default_note = "0",
-       .help = "multiple_choice / generate_until: few-shot examples before each document, drawn with fewshot_seed as lm-eval draws them",
+       .help = "task-file runs (multiple_choice / generate_until / loglikelihood): few-shot examples before each document, drawn with fewshot_seed as lm-eval draws them",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.num_fewshot = static_cast<int>(v.i); }},
       {.section = "task", .key = "fewshot_seed", .kind = Kind::integer, .max = kI64Max, .per_task = true, .default_note = "1234",
-       .help = "multiple_choice / generate_until: seed of the few-shot draw (lm-eval's default 1234)",
+       .help = "task-file runs: seed of the few-shot draw (lm-eval's default 1234)",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.fewshot_seed = static_cast<std::uint64_t>(v.i); }},
       {.section = "task", .key = "share_context", .kind = Kind::boolean, .per_task = true, .default_note = "true",
        .help = "multiple_choice only: run each document's context once for all its choices (false: every choice alone; same results)",
@@ -281,10 +281,10 @@ const std::vector<KeySpec>& key_specs() {
        .help = "qa only: also write predictions in the official SQuAD evaluation script's format",
        .apply = [](RunSpec& r, const Scalar& v) { r.output.predictions_json = v.s; }},
       {.section = "output", .key = "lm_eval_json", .kind = Kind::string, .per_task = true, .default_note = "\"\" (not written)", .allowed_note = "file",
-       .help = "multiple_choice / generate_until: also write lm-evaluation-harness's results JSON layout",
+       .help = "task-file runs (multiple_choice / generate_until / loglikelihood): also write lm-evaluation-harness's results JSON layout",
        .apply = [](RunSpec& r, const Scalar& v) { r.output.lm_eval_json = v.s; }},
       {.section = "output", .key = "samples_jsonl", .kind = Kind::string, .per_task = true, .default_note = "\"\" (not written)", .allowed_note = "file",
-       .help = "multiple_choice / generate_until: also write lm-evaluation-harness's samples JSONL (a line per document, generate_until one per filter, with its hashes)",
+       .help = "task-file runs: also write lm-evaluation-harness's samples JSONL (a line per document, generate_until one per filter, with its hashes)",
        .apply = [](RunSpec& r, const Scalar& v) { r.output.samples_jsonl = v.s; }},
       // [validation]
       {.section = "validation", .key = "golden", .kind = Kind::string, .per_task = true, .default_note = "\"\" (off)", .allowed_note = "file",
@@ -819,15 +819,28 @@ class Loader {
       throw InputError(where("task.prompt_set", find_value(*find_spec("task", "prompt_set"))),
                        "set either task.dataset or task.prompt_set, not both");
     }
-    const bool reads_task_file = task_info(spec.task.kind).reads_task_file;
-    if (reads_task_file && set_keys_.count("task.task_file") == 0) {
+    const TaskFileUse task_file_use = task_info(spec.task.kind).task_file;
+    const bool has_task_file = set_keys_.count("task.task_file") > 0;
+    if (task_file_use == TaskFileUse::required && !has_task_file) {
       throw InputError(origin_, std::string("task.task_file is required for task.kind = \"") + to_string(spec.task.kind) +
                                     "\": add 'task_file = \"tasks/....toml\"' under [task]");
     }
-    if (!has_dataset && !has_prompt_set && !reads_task_file) {
-      throw InputError(origin_, task_info(spec.task.kind).applies("task.prompt_set")
-                                    ? "task.dataset (or task.prompt_set) is required: add 'dataset = ...' under [task]"
-                                    : "task.dataset is required: add 'dataset = ...' under [task]");
+    if (task_file_use == TaskFileUse::optional && !has_task_file) {
+      // What only a task file gives meaning to: few-shot examples, lm-eval's output files.
+      for (const char* key : {"task.num_fewshot", "task.fewshot_seed", "output.lm_eval_json", "output.samples_jsonl"}) {
+        if (set_keys_.count(key) == 0) continue;
+        const std::string k(key);
+        const auto dot = k.find('.');
+        throw InputError(where(k, find_value(*find_spec(k.substr(0, dot), k.substr(dot + 1)))),
+                         k + " needs task.task_file (a task file's documents); this run reads raw requests from task.dataset");
+      }
+    }
+    if (!has_dataset && !has_prompt_set && !has_task_file) {
+      const bool prompt_set = task_info(spec.task.kind).applies("task.prompt_set");
+      throw InputError(origin_, task_file_use == TaskFileUse::optional
+                                    ? "task.dataset (or task.task_file) is required: add 'dataset = ...' under [task]"
+                                : prompt_set ? "task.dataset (or task.prompt_set) is required: add 'dataset = ...' under [task]"
+                                             : "task.dataset is required: add 'dataset = ...' under [task]");
     }
     if (set_keys_.count("task.fixed_prompt_length") && spec.task.fixed_prompt_length > 0) {
       if (set_keys_.count("task.min_pad_length") && spec.task.min_pad_length > 0) {

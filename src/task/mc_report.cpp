@@ -6,7 +6,7 @@
 
 #include "common/errors.hpp"
 #include "common/sha256.hpp"
-#include "task/generate_until.hpp"
+#include "task/lm_eval_stats.hpp"
 
 namespace evalrun {
 
@@ -40,8 +40,8 @@ std::string lm_eval_results_json(const McRunInfo& info, const std::string& outpu
     results[m.name + "," + m.filter] = m.value;
     results[m.name + "_stderr," + m.filter] = number_or_na(m.standard_error);
     if (!higher.contains(m.name)) {
-      metric_list.push_back({{"metric", m.name}, {"aggregation", "mean"}, {"higher_is_better", true}});
-      higher[m.name] = true;
+      metric_list.push_back({{"metric", m.name}, {"aggregation", m.aggregation}, {"higher_is_better", m.higher_is_better}});
+      higher[m.name] = m.higher_is_better;
     }
   }
   j["group_subtasks"][t] = ojson::array();
@@ -61,7 +61,7 @@ std::string lm_eval_results_json(const McRunInfo& info, const std::string& outpu
                  {"model_args", "pretrained=" + info.model_path},
                  {"batch_size", info.batch_size},
                  {"limit", info.n_original == n_documents ? ojson(nullptr) : ojson(n_documents)},
-                 {"bootstrap_iters", 0},
+                 {"bootstrap_iters", info.bootstrap_iters},
                  {"random_seed", nullptr},
                  {"fewshot_seed", info.fewshot_seed}};
   j["evalrun_version"] = info.evalrun_version;
@@ -111,6 +111,28 @@ std::string lm_eval_sample_line(const TaskDocument& doc, const McDocScores& scor
   line["target_hash"] = sha256_hex(std::to_string(doc.gold));
   line["acc"] = decision.acc ? 1.0 : 0.0;
   line["acc_norm"] = decision.acc_norm ? 1.0 : 0.0;
+  return line.dump();
+}
+
+std::string lm_eval_loglikelihood_sample_line(const TaskDocument& doc, double loglikelihood, bool is_greedy) {
+  if (doc.requests.size() != 1) throw InputError(doc.where, "a loglikelihood document has one request");
+  const TaskRequestText& q = doc.requests.front();
+  ojson line;
+  line["doc_id"] = doc.doc_id;
+  const std::string dumped = python_json_dump_indent2(doc.doc_json, doc.where);
+  line["doc"] = ojson::parse(dumped);
+  line["target"] = q.continuation;
+  line["arguments"] = ojson::array({ojson::array({q.context, q.continuation})});
+  const ojson pair = {loglikelihood, is_greedy};
+  line["resps"] = ojson::array({ojson::array({pair})});
+  line["filtered_resps"] = ojson::array({pair});
+  line["filter"] = "none";
+  line["metrics"] = {"perplexity", "acc"};
+  line["doc_hash"] = sha256_hex(dumped);
+  line["prompt_hash"] = sha256_hex(q.context);
+  line["target_hash"] = sha256_hex(q.continuation);
+  line["perplexity"] = loglikelihood;
+  line["acc"] = is_greedy ? 1 : 0;
   return line.dump();
 }
 

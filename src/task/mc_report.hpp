@@ -31,14 +31,17 @@ struct McRunInfo {
   std::size_t n_original = 0;  // documents in the data set (n-samples "original")
   std::string model_path;
   int batch_size = 1;
+  std::size_t bootstrap_iters = 0;  // config "bootstrap_iters": the resamples behind bootstrap stderrs
   std::string evalrun_version;
 };
 
 // One aggregated metric of lm-eval's results: "<name>,<filter>" and "<name>_stderr,<filter>".
 struct LmEvalMetric {
-  std::string name;             // "acc", "exact_match"
+  std::string name;             // "acc", "exact_match", "perplexity"
   std::string filter = "none";  // the filter pipeline it was computed after
   double value = 0.0, standard_error = 0.0;
+  std::string aggregation = "mean";  // metric_list's aggregation ("perplexity" for LAMBADA's)
+  bool higher_is_better = true;
 };
 
 // {"results": {task: {"alias", "<metric>,<filter>", "<metric>_stderr,<filter>", ...}}, "group_subtasks",
@@ -62,6 +65,12 @@ std::string lm_eval_sample_line(const TaskDocument& doc, const McDocScores& scor
 std::string lm_eval_generation_sample_line(const TaskDocument& doc, const std::vector<std::string>& until,
                                            int max_gen_toks, const std::string& response, const std::string& filter,
                                            const std::string& answer, bool exact);
+
+// A loglikelihood task's (LAMBADA's) samples line: doc_id, doc, target (the continuation text),
+// arguments [[context, continuation]], resps [[[ll, is_greedy]]], filtered_resps [[ll, is_greedy]],
+// filter "none", metrics ["perplexity", "acc"], the three hashes, perplexity (the log-likelihood, as
+// lm-eval's per-document value before its aggregation) and acc (0 or 1).
+std::string lm_eval_loglikelihood_sample_line(const TaskDocument& doc, double loglikelihood, bool is_greedy);
 
 // Python json.dumps(value, indent=2, ensure_ascii=False) of a JSON text, keys in their order.
 std::string python_json_dump_indent2(const std::string& json_text, const std::string& where);

@@ -46,10 +46,11 @@ const std::vector<TaskInfo>& task_registry() {
       {.kind = TaskKind::loglikelihood,
        .name = "loglikelihood",
        .role = ModelRole::decoder,
-       .summary = "log-likelihood of continuations (lm-evaluation-harness)",
-       .keys = {},
+       .summary = "log-likelihood of continuations, or a loglikelihood task file (LAMBADA): perplexity / acc (lm-evaluation-harness)",
+       .keys = {"task.task_file", "task.num_fewshot", "task.fewshot_seed", "output.lm_eval_json", "output.samples_jsonl"},
        .thresholds_section = "loglikelihood",
-       .logits_by_default = false},
+       .logits_by_default = false,
+       .task_file = TaskFileUse::optional},
       {.kind = TaskKind::multiple_choice,
        .name = "multiple_choice",
        .role = ModelRole::decoder,
@@ -58,7 +59,7 @@ const std::vector<TaskInfo>& task_registry() {
                 "output.samples_jsonl"},
        .thresholds_section = "multiple_choice",
        .logits_by_default = false,
-       .reads_task_file = true},
+       .task_file = TaskFileUse::required},
       {.kind = TaskKind::generate_until,
        .name = "generate_until",
        .role = ModelRole::decoder,
@@ -66,7 +67,7 @@ const std::vector<TaskInfo>& task_registry() {
        .keys = {"task.task_file", "task.num_fewshot", "task.fewshot_seed", "output.lm_eval_json", "output.samples_jsonl"},
        .thresholds_section = "generate_until",
        .logits_by_default = false,
-       .reads_task_file = true},
+       .task_file = TaskFileUse::required},
   };
   return rows;
 }

@@ -24,6 +24,11 @@ inline constexpr std::size_t kTaskCount = 7;
 // The kind of model a task runs: an encoder with a token-level head, or a causal LM.
 enum class ModelRole { encoder, decoder };
 
+// Whether a task's documents come through a benchmark task file (task.task_file, task/task_file.hpp):
+// never; optionally (loglikelihood: a task file, e.g. LAMBADA's, or a data set of raw requests); always
+// (the task file is required and task.dataset optional, the task file naming its own).
+enum class TaskFileUse { none, optional, required };
+
 struct TaskInfo {
   TaskKind kind;
   const char* name;     // task.kind value; the result file's root attribute "task"
@@ -39,9 +44,7 @@ struct TaskInfo {
   // shapes few ("" = none: its shapes are few anyway or cannot be fixed), and whether the run sets it.
   const char* fixed_shape_option = "";
   bool (*shapes_fixed)(const RunSpec&) = nullptr;
-  // Its documents come through a benchmark task file (task.task_file, task/task_file.hpp): the task
-  // file is required and task.dataset optional (the task file names its own).
-  bool reads_task_file = false;
+  TaskFileUse task_file = TaskFileUse::none;
 
   bool applies(std::string_view key) const;  // `key` is in `keys`
 };

@@ -513,6 +513,13 @@ void edit_config_json(P d, const char* model, const std::function<void(json&)>& 
 }
 std::string quant_cfg(P d) { return qa_cfg(d, "[quantization]\nmethod = \"int8\"\ndirect = true\n"); }
 std::string big(std::size_t n) { return std::string(n, 'x'); }
+// A benchmark task-file run (tasks/<task>.toml unless `task_file` is a path) on the tiny Llama.
+std::string task_cfg(P d, const std::string& kind, const std::string& task_file, const std::string& extra = "") {
+  return BadInput::config(d, "[run]\nname = \"t\"\n[model]\npath = \"" + S(d / "llama") + "\"\n[task]\nkind = \"" + kind +
+                                 "\"\ntask_file = \"" + task_file + "\"\n" + extra + "[output]\npath = \"" + S(earlier()) +
+                                 "\"\n");
+}
+std::string shipped(const std::string& task) { return kSrc + "/tasks/" + task + ".toml"; }
 // A safetensors file whose header is `header` verbatim.
 std::string raw_safetensors(P d, const std::string& header) {
   const std::uint64_t n = header.size();
@@ -670,6 +677,34 @@ std::vector<Case> guard_cases() {
       {"model: Llama model_type mistral", [](P d) { edit_config_json(d, "llama", [](json& j) { j["model_type"] = "mistral"; }); return gen_cfg(d, prompts(d)); }, {"config.json: model_type", "mistral"}},
       {"model: Llama kv heads not dividing", [](P d) { edit_config_json(d, "llama", [](json& j) { j["num_key_value_heads"] = 3; }); return gen_cfg(d, prompts(d)); }, {"config.json: num_key_value_heads"}},
       {"model: Llama rope_theta 0", [](P d) { edit_config_json(d, "llama", [](json& j) { j["rope_theta"] = 0; }); return gen_cfg(d, prompts(d)); }, {"config.json: rope_theta"}},
+      // --- benchmark task files (multiple_choice, generate_until, loglikelihood) --------------------------
+      {"task file: loglikelihood few-shot without a task file",
+       [](P d) {
+         return BadInput::config(d, "[run]\nname = \"l\"\n[model]\npath = \"" + S(d / "llama") + "\"\n[task]\nkind = \"loglikelihood\"\n" +
+                                        "dataset = \"" + W(d, "r.jsonl", "{\"context\": \"a\", \"continuation\": \" b\"}\n") +
+                                        "\"\nnum_fewshot = 1\n[output]\npath = \"" + S(earlier()) + "\"\n");
+       },
+       {"cfg.toml:", "task.num_fewshot needs task.task_file"}},
+      {"task file: another output type", [](P d) { return task_cfg(d, "loglikelihood", shipped("arc_easy")); }, {"arc_easy.toml: output_type", "loglikelihood"}},
+      {"task file: missing", [](P d) { return task_cfg(d, "multiple_choice", S(d / "nope.toml")); }, {"nope.toml"}},
+      {"task file: unknown key",
+       [](P d) { return task_cfg(d, "loglikelihood", W(d, "t.toml", "name = \"t\"\noutput_type = \"loglikelihood\"\ndoc_to_text = \"{{text}}\"\ndoc_to_target = \"x\"\nbogus = 1\n")); },
+       {"t.toml", "bogus"}},
+      {"task file: a document lacks a templated field",
+       [](P d) { return task_cfg(d, "loglikelihood", shipped("lambada_openai"), "dataset = \"" + W(d, "l.jsonl", "{\"txt\": \"a b\"}\n") + "\"\n"); },
+       {"l.jsonl:1", "text"}},
+      {"task file: data set empty",
+       [](P d) { return task_cfg(d, "generate_until", shipped("gsm8k"), "dataset = \"" + W(d, "g.jsonl", "\n") + "\"\n"); },
+       {"g.jsonl"}},
+      {"task file: lm_eval_json is the result file",
+       [](P d) { return task_cfg(d, "loglikelihood", shipped("lambada_openai")) + set("output.lm_eval_json", S(earlier())); },
+       {"output.lm_eval_json", "output.path"}},
+      {"task file: samples_jsonl is the data set",
+       [](P d) {
+         const std::string data = W(d, "l.jsonl", slurp(kSrc + "/tasks/samples/lambada_openai.jsonl"));
+         return task_cfg(d, "loglikelihood", shipped("lambada_openai"), "dataset = \"" + data + "\"\n") + set("output.samples_jsonl", data);
+       },
+       {"output.samples_jsonl", "task.dataset"}},
       // --- more config, data, reference and jobs rows -------------------------------------------------------
       {"config: batch_size 0", [](P d) { return qa_cfg(d) + set("task.batch_size", "0"); }, {"task.batch_size"}},
       {"config: unknown task kind", [](P d) { return qa_cfg(d) + set("task.kind", "summarize"); }, {"task.kind", "summarize"}},

@@ -1,10 +1,12 @@
-// task.kind = "multiple_choice" and "generate_until" through the real binary under mpirun, on the
+// task.kind = "multiple_choice", "generate_until" and "loglikelihood" with a task file (LAMBADA)
+// through the real binary under mpirun, on the
 // shipped task files (tasks/*.toml) and their samples: results do not depend on the number of ranks,
 // the batch size or sharing the context (identical decisions and tokens, log-likelihoods within 1e-5);
 // lm-eval's results JSON and samples JSONL are written; compare passes on two layouts; a task file of
 // the other output type or a template naming a missing field is exit 2 naming the file.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -194,6 +196,91 @@ TEST_F(ScoringRun, GenerateUntilIndependentOfRanksAndBatch) {
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("exact_match,strict-match_mcnemar_p"), std::string::npos) << r.output;
   }
+}
+
+// LAMBADA (tasks/lambada_openai.toml, output_type loglikelihood): one request per document, the same
+// log-likelihoods as the same requests given raw (task.dataset of context/continuation lines, written
+// here from the documents as lm-eval's templates split them), whatever the ranks and batch size; lm-eval's
+// perplexity (exp of minus the mean log-likelihood) and acc (greedy share) from the stored values.
+TEST_F(ScoringRun, LambadaTaskFileScoresLikeRawRequests) {
+  const std::string cfg = config("loglikelihood", "lambada_openai");
+  const fs::path json = dir_ / "lambada.json", jsonl = dir_ / "lambada.jsonl";
+  H5Reader a(run(cfg, 1, "lambada-n1-b1.h5",
+                 " --set task.batch_size=1 --set output.lm_eval_json=" + quote(json.string()) +
+                     " --set output.samples_jsonl=" + quote(jsonl.string())));
+  const auto ll = a.read_f64("/loglikelihood/value");
+  const auto greedy = a.read_i64("/loglikelihood/is_greedy");
+  ASSERT_EQ(ll.size(), 3u);
+  EXPECT_EQ(a.read_strings("/samples/id"), (std::vector<std::string>{"doc-0", "doc-1", "doc-2"}));
+  EXPECT_EQ(a.attr_string("/", "task_name"), "lambada_openai");
+  double sum = 0, right = 0;
+  for (std::size_t i = 0; i < ll.size(); ++i) {
+    sum += ll[i];
+    right += static_cast<double>(greedy[i]);
+  }
+  EXPECT_DOUBLE_EQ(a.attr_double("/metrics", "perplexity"), std::exp(-sum / 3.0));
+  EXPECT_DOUBLE_EQ(a.attr_double("/metrics", "acc"), right / 3.0);
+  EXPECT_GT(a.attr_double("/metrics", "perplexity_stderr"), 0.0);
+  const auto results = nlohmann::json::parse(read_all(json));
+  const auto& r = results["results"]["lambada_openai"];
+  EXPECT_DOUBLE_EQ(r["perplexity,none"].get<double>(), a.attr_double("/metrics", "perplexity"));
+  EXPECT_DOUBLE_EQ(r["perplexity_stderr,none"].get<double>(), a.attr_double("/metrics", "perplexity_stderr"));
+  EXPECT_DOUBLE_EQ(r["acc,none"].get<double>(), a.attr_double("/metrics", "acc"));
+  EXPECT_EQ(results["configs"]["lambada_openai"]["output_type"].get<std::string>(), "loglikelihood");
+  EXPECT_FALSE(results["higher_is_better"]["lambada_openai"]["perplexity"].get<bool>());
+  EXPECT_EQ(results["config"]["bootstrap_iters"].get<int>(), 100000);
+  // The raw requests the templates make: all but the last word, then " " + the last word.
+  const fs::path raw = dir_ / "lambada_raw.jsonl";
+  {
+    std::ofstream out(raw);
+    std::istringstream docs(read_all(kSrc + "/tasks/samples/lambada_openai.jsonl"));
+    std::istringstream samples(read_all(jsonl));
+    std::string doc, sample;
+    std::size_t n = 0;
+    while (std::getline(docs, doc) && std::getline(samples, sample)) {
+      const std::string text = nlohmann::json::parse(doc)["text"].get<std::string>();
+      const auto cut = text.rfind(' ');
+      const nlohmann::json q = {{"context", text.substr(0, cut)}, {"continuation", text.substr(cut)}};
+      out << q.dump() << "\n";
+      const auto s = nlohmann::json::parse(sample);
+      EXPECT_EQ(s["doc_id"].get<std::size_t>(), n);
+      EXPECT_EQ(s["arguments"][0][0], q["context"]);
+      EXPECT_EQ(s["target"], q["continuation"]);
+      EXPECT_EQ(s["resps"][0][0][0].get<double>(), ll[n]);
+      EXPECT_EQ(s["acc"].get<int>(), greedy[n]);
+      ++n;
+    }
+    EXPECT_EQ(n, 3u);
+  }
+  const fs::path raw_cfg = dir_ / "lambada_raw.toml";
+  std::ofstream(raw_cfg) << "[run]\nname = \"s\"\nthreads = 1\n[model]\npath = \"" << (dir_ / "tiny-llama").string()
+                         << "\"\n[task]\nkind = \"loglikelihood\"\ndataset = \"" << raw.string() << "\"\n";
+  H5Reader plain(run(raw_cfg.string(), 1, "lambada-raw.h5", " --set task.batch_size=1"));
+  EXPECT_EQ(plain.read_f64("/loglikelihood/value"), ll);
+  EXPECT_EQ(plain.read_ragged_i64("/requests/continuation_ids"), a.read_ragged_i64("/requests/continuation_ids"));
+  for (const auto& [ranks, batch] : std::vector<std::pair<int, int>>{{2, 3}, {4, 8}}) {
+    std::string name = "lambada-n";
+    name += std::to_string(ranks);
+    name += "-b";
+    name += std::to_string(batch);
+    name += ".h5";
+    const auto path = run(cfg, ranks, name, " --set task.batch_size=" + std::to_string(batch));
+    H5Reader b(path);
+    EXPECT_EQ(b.read_i64("/loglikelihood/is_greedy"), greedy) << name;
+    const auto lb = b.read_f64("/loglikelihood/value");
+    ASSERT_EQ(lb.size(), ll.size()) << name;
+    for (std::size_t i = 0; i < ll.size(); ++i) EXPECT_NEAR(lb[i], ll[i], 1e-5) << name << " request " << i;
+    auto c = run_process(kBin + " compare " + quote((dir_ / "lambada-n1-b1.h5").string()) + " " + quote(path));
+    EXPECT_EQ(c.exit_code, 0) << c.output;
+  }
+  // A multiple_choice task file does not run as loglikelihood; a few-shot setting needs a task file.
+  auto w = run_process(kBin + " " + config("loglikelihood", "arc_easy") + " --set output.path=" +
+                       quote((dir_ / "never3.h5").string()));
+  EXPECT_EQ(w.exit_code, 2) << w.output;
+  EXPECT_NE(w.output.find("arc_easy.toml: output_type"), std::string::npos) << w.output;
+  auto f = run_process(kBin + " " + raw_cfg.string() + " --set task.num_fewshot=1");
+  EXPECT_EQ(f.exit_code, 2) << f.output;
+  EXPECT_NE(f.output.find("task.num_fewshot needs task.task_file"), std::string::npos) << f.output;
 }
 
 TEST_F(ScoringRun, WrongOutputTypeAndMissingFieldAreExit2NamingTheFile) {

@@ -5,6 +5,7 @@
 #include "common/logging.hpp"
 #include "dist/serialize.hpp"
 #include "io/text_file.hpp"
+#include "task/lm_eval_stats.hpp"
 
 namespace evalrun {
 
@@ -59,6 +60,7 @@ McRunInfo lm_eval_run_info(const RunSpec& spec, const TaskFile& task, std::size_
   info.n_original = n_original;
   info.model_path = spec.model.path;
   info.batch_size = spec.task.batch_size;
+  info.bootstrap_iters = kLmEvalBootstrapIters;  // lm-eval's default, as every stderr here is computed
   info.evalrun_version = version();
   return info;
 }

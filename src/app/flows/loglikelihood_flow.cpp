@@ -1,8 +1,11 @@
 // task.kind = "loglikelihood": lm-evaluation-harness's loglikelihood requests (task/loglikelihood.hpp)
-// with a decoder. rank 0 reads and tokenizes the requests and shards them by tokens; every rank scores
-// its requests; rank 0 writes one row per request in file order.
+// with a decoder, read raw from task.dataset or made from the documents of a loglikelihood task file
+// (task.task_file: LAMBADA, one request per document, scored with lm-eval's perplexity and acc). rank 0
+// reads and tokenizes the requests and shards them by tokens; every rank scores its requests; rank 0
+// writes one row per request in file order.
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 
@@ -14,6 +17,7 @@
 #include "common/text.hpp"
 #include "io/hdf5_file.hpp"
 #include "task/input_limits.hpp"
+#include "task/lm_eval_stats.hpp"
 #include "task/loglikelihood.hpp"
 
 namespace evalrun {
@@ -65,6 +69,16 @@ std::vector<RequestText> read_requests(const std::string& path) {
     out.push_back(std::move(r));
   }
   if (out.empty()) throw InputError(path, "data set holds no requests");
+  return out;
+}
+
+// A task file's documents as requests: one each, named as the document (doc-<doc_id>).
+std::vector<RequestText> document_requests(const std::vector<TaskDocument>& docs) {
+  std::vector<RequestText> out;
+  for (const auto& d : docs) {
+    const TaskRequestText& q = d.requests.front();
+    out.push_back({document_sample_id(d), q.context, q.continuation, d.where});
+  }
   return out;
 }
 
@@ -141,8 +155,12 @@ class LoglikelihoodFlow : public DecoderFlow {
     }
     H5Writer out(spec.output.path);
     prov.end_time = utc_now_iso8601();
-    write_provenance(out, spec, prov);
-    write_sample_index(out, ids);
+    if (task_) {
+      write_task_documents(out, spec, prov, *task_, docs_);
+    } else {
+      write_provenance(out, spec, prov);
+      write_sample_index(out, ids);
+    }
     out.write_ragged("/requests/context_ids", context_ids);
     out.write_ragged("/requests/continuation_ids", continuation_ids);
     out.write("/requests/truncated", truncated);
@@ -154,19 +172,51 @@ class LoglikelihoodFlow : public DecoderFlow {
     out.set_attr("/metrics", "greedy_share", static_cast<double>(n_greedy) / static_cast<double>(n));
     out.set_attr("/metrics", "mean_loglikelihood", sum / static_cast<double>(n));
     out.set_attr("/metrics", "max_length", max_length_);
+    std::vector<LmEvalMetric> lm_eval;
+    if (task_) {
+      // lm-eval's metrics of a loglikelihood task (LAMBADA's metric_list): perplexity with its bootstrap
+      // stderr, acc (the greedy share) with mean_stderr.
+      std::vector<double> acc;
+      for (auto g : greedy) acc.push_back(static_cast<double>(g));
+      const MeanWithStderr a = mean_with_stderr(acc);
+      const LmEvalMetric ppl{"perplexity", "none", perplexity_aggregate(ll), perplexity_bootstrap_stderr(ll), "perplexity", false};
+      lm_eval = {ppl, {"acc", "none", a.mean, a.standard_error}};
+      for (const auto& m : lm_eval) {
+        out.set_attr("/metrics", m.name, m.value);
+        out.set_attr("/metrics", m.name + "_stderr", m.standard_error);
+      }
+    }
     write_timing(out, times, item_seconds, n, tokens, n);
     out.commit();
-    log().info("loglikelihood: {} requests, {} greedy, mean log-likelihood {:.4f}", n, n_greedy,
-               sum / static_cast<double>(n));
+    if (task_) {
+      std::vector<std::string> samples;
+      for (std::size_t i = 0; i < n; ++i) {
+        samples.push_back(lm_eval_loglikelihood_sample_line(docs_[i], res[i].loglikelihood, res[i].is_greedy));
+      }
+      write_lm_eval_outputs(spec, lm_eval_results_json(lm_eval_run_info(spec, *task_, n_original_), "loglikelihood", n, lm_eval),
+                            samples);
+      log().info("loglikelihood {}: {} documents, perplexity {:.4f} +- {:.4f}, acc {:.4f} +- {:.4f}", task_->name, n,
+                 lm_eval[0].value, lm_eval[0].standard_error, lm_eval[1].value, lm_eval[1].standard_error);
+    } else {
+      log().info("loglikelihood: {} requests, {} greedy, mean log-likelihood {:.4f}", n, n_greedy,
+                 sum / static_cast<double>(n));
+    }
   }
 
  protected:
   PreparedWork prepare_task(const RunSpec& spec, int ranks, const std::set<std::uint64_t>& skip,
                             std::string& everything) override {
     refuse_logits(spec);
-    texts_ = read_requests(spec.task.dataset);
-    if (spec.task.max_samples > 0 && static_cast<std::size_t>(spec.task.max_samples) < texts_.size()) {
-      texts_.resize(static_cast<std::size_t>(spec.task.max_samples));  // the first N requests only
+    const auto max_samples = static_cast<std::size_t>(spec.task.max_samples);
+    if (!spec.task.task_file.empty()) {
+      task_ = task_file_for(spec);
+      docs_ = task_documents(spec, *task_, 0);
+      n_original_ = docs_.size();
+      if (max_samples > 0 && max_samples < docs_.size()) docs_.resize(max_samples);  // the first N documents only
+      texts_ = document_requests(docs_);
+    } else {
+      texts_ = read_requests(spec.task.dataset);
+      if (max_samples > 0 && max_samples < texts_.size()) texts_.resize(max_samples);  // the first N requests only
     }
     max_length_ = max_length_of(spec);
     all_requests_ = tokenize_requests(texts_, *tokenizer_, max_length_, &tokens_);
@@ -193,8 +243,9 @@ class LoglikelihoodFlow : public DecoderFlow {
     requests_ = get_records<LoglikRequest>(r);
     std::vector<SequenceNeed> seqs;
     for (const auto& q : requests_) {
-      check_ids_in_vocab(q.input, vocab, spec.model.path, spec.task.dataset);
-      check_ids_in_vocab(q.target, vocab, spec.model.path, spec.task.dataset);
+      const std::string& from = spec.task.task_file.empty() ? spec.task.dataset : spec.task.task_file;
+      check_ids_in_vocab(q.input, vocab, spec.model.path, from);
+      check_ids_in_vocab(q.target, vocab, spec.model.path, from);
       seqs.push_back({"request #" + std::to_string(q.index), static_cast<std::int64_t>(q.input.size()), 0});
     }
     check_input_limits(spec, model_->dims(), seqs);  // batch memory (positions fit by construction)
@@ -203,6 +254,9 @@ class LoglikelihoodFlow : public DecoderFlow {
 
  private:
   // rank 0
+  std::optional<TaskFile> task_;    // set: the requests are this task file's documents
+  std::vector<TaskDocument> docs_;  // ... in order, one request each
+  std::size_t n_original_ = 0;      // documents before max_samples
   std::vector<RequestText> texts_;
   std::vector<LoglikTokens> tokens_;
   std::vector<LoglikRequest> all_requests_;
@@ -214,6 +268,15 @@ class LoglikelihoodFlow : public DecoderFlow {
 }  // namespace
 
 CalibrationSet loglikelihood_calibration(const RunSpec& spec) {
+  if (!spec.task.task_file.empty()) {
+    return task_file_calibration(spec, [&](const std::vector<TaskDocument>& docs, const DecoderTokenizer& tok) {
+      std::vector<std::vector<std::int64_t>> out;
+      for (auto& q : tokenize_requests(document_requests(docs), tok, max_length_of(spec), nullptr)) {
+        out.push_back(std::move(q.input));
+      }
+      return out;
+    });
+  }
   CalibrationSet c;
   if (!direct_int8_settings(spec).needs_calibration()) return c;
   const auto tokenizer = DecoderTokenizer::from_dir(tokenizer_dir(spec));

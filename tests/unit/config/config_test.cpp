@@ -286,7 +286,7 @@ TEST(ConfigTasks, KindValuesAndApplicabilityComeFromTheRegistry) {
         if (other.applies(key)) continue;
         const std::string base = "[run]\nname = \"r\"\n[model]\npath = \"m\"\n[task]\nkind = \"" +
                                  std::string(other.name) + "\"\ndataset = \"d\"\n" +
-                                 (other.reads_task_file ? "task_file = \"t\"\n" : "");
+                                 (other.task_file == TaskFileUse::required ? "task_file = \"t\"\n" : "");
         const std::string m = error_of(base, {key + "=" + value_for(key)});
         EXPECT_HAS(m, key + " applies only to task.kind = ");
         EXPECT_HAS(m, std::string("\"") + t.name + "\"");
@@ -295,10 +295,27 @@ TEST(ConfigTasks, KindValuesAndApplicabilityComeFromTheRegistry) {
     }
     const RunSpec s = parse_run_spec("[run]\nname = \"r\"\n[model]\npath = \"m\"\n[task]\nkind = \"" +
                                          std::string(t.name) + "\"\ndataset = \"d\"\n" +
-                                         (t.reads_task_file ? "task_file = \"t\"\n" : ""),
+                                         (t.task_file == TaskFileUse::required ? "task_file = \"t\"\n" : ""),
                                      "cfg.toml");
     EXPECT_EQ(s.task.kind, t.kind);
     EXPECT_EQ(s.output.logits, t.logits_by_default ? LogitsMode::full : LogitsMode::none) << t.name;
+  }
+}
+
+// loglikelihood reads raw requests (task.dataset) or a loglikelihood task file (task.task_file);
+// what only a task file gives meaning to is refused without one.
+TEST(ConfigTasks, LoglikelihoodTaskFileIsOptional) {
+  const std::string base = "[run]\nname = \"r\"\n[model]\npath = \"m\"\n[task]\nkind = \"loglikelihood\"\n";
+  EXPECT_HAS(error_of(base), "task.dataset (or task.task_file) is required");
+  EXPECT_EQ(parse_run_spec(base + "dataset = \"d.jsonl\"\n", "cfg.toml").task.task_file, "");
+  const RunSpec s = parse_run_spec(base + "task_file = \"tasks/lambada_openai.toml\"\nnum_fewshot = 2\n", "cfg.toml");
+  EXPECT_EQ(s.task.task_file, "tasks/lambada_openai.toml");
+  EXPECT_EQ(s.task.num_fewshot, 2);
+  for (const char* key : {"task.num_fewshot=1", "task.fewshot_seed=3", "output.lm_eval_json=\"r.json\"",
+                          "output.samples_jsonl=\"s.jsonl\""}) {
+    const std::string m = error_of(base + "dataset = \"d.jsonl\"\n", {key});
+    EXPECT_HAS(m, "needs task.task_file");
+    EXPECT_HAS(m, std::string(key).substr(0, std::string(key).find('=')));
   }
 }
 

@@ -34,12 +34,14 @@ TEST(TaskRegistry, RolesAndKeys) {
   EXPECT_EQ(task_info(TaskKind::perplexity).role, ModelRole::decoder);
   EXPECT_EQ(task_info(TaskKind::loglikelihood).role, ModelRole::decoder);
   EXPECT_FALSE(task_info(TaskKind::loglikelihood).logits_by_default);
-  // The benchmark tasks read a task file; no other task does.
+  // The benchmark tasks read a task file; loglikelihood may (LAMBADA); no other task does.
   for (const auto& t : task_registry()) {
     const bool benchmark = t.kind == TaskKind::multiple_choice || t.kind == TaskKind::generate_until;
-    EXPECT_EQ(t.reads_task_file, benchmark) << t.name;
-    EXPECT_EQ(t.applies("task.task_file"), benchmark) << t.name;
-    if (benchmark) {
+    const bool may = t.kind == TaskKind::loglikelihood;
+    EXPECT_EQ(t.task_file, benchmark ? TaskFileUse::required : may ? TaskFileUse::optional : TaskFileUse::none) << t.name;
+    EXPECT_EQ(t.applies("task.task_file"), benchmark || may) << t.name;
+    EXPECT_EQ(t.applies("output.lm_eval_json"), benchmark || may) << t.name;
+    if (benchmark || may) {
       EXPECT_EQ(t.role, ModelRole::decoder) << t.name;
     }
   }
