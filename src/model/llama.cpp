@@ -898,6 +898,7 @@ ModelDims dims_from(const LlamaConfig& c, const std::string& path) {
           .vocab = c.vocab_size,
           .max_positions = c.max_position_embeddings,
           .rotary = !c.learned_positions,
+          .rope_extends = c.rope_type == "dynamic",
           .sliding_window = c.sliding_window};
 }
 }  // namespace

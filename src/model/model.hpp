@@ -39,6 +39,9 @@ struct ModelDims {
   std::int64_t layers = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0;
   std::int64_t max_positions = 0;  // tokens the position table covers (learned) or max_position_embeddings (rotary)
   bool rotary = false;             // rotary positions: no table, sequences may run past max_positions
+  // rope_scaling "dynamic" (NTK): the rotary base grows for rows past max_positions, the scaling's
+  // purpose, so running past them is expected rather than warned about.
+  bool rope_extends = false;
   // Sliding-window attention (Mistral, Starcoder2, ...): a query at cache slot i sees keys from slot
   // i - sliding_window on; 0 = none. Counted in cache slots, so a caller that leaves gaps in a row's
   // cache (task/multiple_choice.cpp's shared context) must keep the row within the window.

@@ -86,8 +86,8 @@ std::uint64_t max_batch_bytes(const RunSpec& spec) {
          static_cast<std::uint64_t>(ranks_on_node());
 }
 
-void check_input_limits(const RunSpec& spec, const ModelDims& m, const std::vector<SequenceNeed>& seqs) {
-  if (seqs.empty()) return;
+std::string check_input_limits(const RunSpec& spec, const ModelDims& m, const std::vector<SequenceNeed>& seqs) {
+  if (seqs.empty()) return {};
   // Positions.
   std::size_t past = 0;
   const SequenceNeed* longest = &seqs.front();
@@ -102,12 +102,21 @@ void check_input_limits(const RunSpec& spec, const ModelDims& m, const std::vect
     }
     ++past;
   }
+  std::string note;
   if (past > 0) {
-    log().warn("{} of {} {} on this rank run past the model's max_position_embeddings = {} ({}: {}, {} + {} tokens): "
-               "rotary positions have no table, so they run as in transformers (no error), on positions the model "
-               "was not trained for",
-               past, seqs.size(), spec.task.kind == TaskKind::generate ? "prompts (with max_new_tokens)" : "windows",
-               m.max_positions, m.config_json, longest->name, longest->tokens, longest->new_tokens);
+    note = std::to_string(past) + " of " + std::to_string(seqs.size()) + " " +
+           (spec.task.kind == TaskKind::generate ? "prompts (with max_new_tokens)" : "windows") +
+           " on this rank run past the model's max_position_embeddings = " + std::to_string(m.max_positions) + " (" +
+           m.config_json + ": " + longest->name + ", " + std::to_string(longest->tokens) + " + " +
+           std::to_string(longest->new_tokens) + " tokens): ";
+    if (m.rope_extends) {
+      note += "rope_scaling \"dynamic\" rescales the rotary base for them, as transformers does";
+      log().info("{}", note);
+    } else {
+      note += "rotary positions have no table, so they run as in transformers (no error), on positions the model "
+              "was not trained for";
+      log().warn("{}", note);
+    }
   }
   // Memory: the batch holding the longest sequence, every sequence of it padded to that length.
   const std::int64_t batch = std::min<std::int64_t>(spec.task.batch_size, static_cast<std::int64_t>(seqs.size()));
@@ -124,6 +133,7 @@ void check_input_limits(const RunSpec& spec, const ModelDims& m, const std::vect
                          (spec.run.max_batch_bytes > 0 ? "" : ": half this node's memory per rank") +
                          "): shorten it, lower task.batch_size or raise run.max_batch_bytes");
   }
+  return note;
 }
 
 void check_decoder_inputs(const RunSpec& spec, const ModelDims& m, const std::vector<GenerationItem>& prompts,

@@ -2,7 +2,8 @@
 // rank for its own shard):
 //   - positions: a sequence longer than a learned position table (RoBERTa) is an InputError naming the
 //     sample and the key that sets its length; rotary models (Llama, Granite) have no table and, like
-//     transformers, run past max_position_embeddings: one warning says how many sequences do;
+//     transformers, run past max_position_embeddings: one warning says how many sequences do (an info
+//     line instead under rope_scaling "dynamic", which is made for it);
 //   - memory: what the batch holding the longest sequence needs (KV cache, attention scores of one
 //     layer, logits rows kept) against run.max_batch_bytes, so a very long prompt is an InputError
 //     with the numbers instead of an allocation of terabytes inside libtorch.
@@ -36,8 +37,8 @@ BatchBytes batch_bytes(const RunSpec& spec, const ModelDims& m, const SequenceNe
 // (OMPI_COMM_WORLD_LOCAL_SIZE / SLURM_NTASKS_PER_NODE, 1 without either).
 std::uint64_t max_batch_bytes(const RunSpec& spec);
 
-// The checks above; `seqs` is this rank's shard.
-void check_input_limits(const RunSpec& spec, const ModelDims& m, const std::vector<SequenceNeed>& seqs);
+// The checks above; `seqs` is this rank's shard. Returns the positions line it logged ("" = none).
+std::string check_input_limits(const RunSpec& spec, const ModelDims& m, const std::vector<SequenceNeed>& seqs);
 
 // The flows' one call each, from load() once the model is loaded: this rank's shard.
 struct GenerationItem;

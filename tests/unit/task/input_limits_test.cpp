@@ -63,7 +63,15 @@ TEST(InputLimits, AVeryLongPromptIsRefusedWithTheNumbers) {
 TEST(InputLimits, RotaryModelsRunPastTheirPositionsLearnedOnesRefuse) {
   ModelDims m = llama7b();
   const std::vector<SequenceNeed> seqs = {{"prompt 'a'", 4000, 200}, {"prompt 'b'", 10, 200}};
-  EXPECT_NO_THROW(check_input_limits(spec_of("generate", {"run.max_batch_bytes=1000000000000"}), m, seqs));  // a warning only
+  const RunSpec gen = spec_of("generate", {"run.max_batch_bytes=1000000000000"});
+  std::string note;
+  EXPECT_NO_THROW(note = check_input_limits(gen, m, seqs));  // a warning only
+  EXPECT_HAS(note, "1 of 2 prompts (with max_new_tokens) on this rank run past the model's max_position_embeddings = 4096");
+  EXPECT_HAS(note, "positions the model was not trained for");
+  m.rope_extends = true;  // rope_scaling "dynamic": what it is for
+  EXPECT_HAS(check_input_limits(gen, m, seqs), "rope_scaling \"dynamic\" rescales the rotary base");
+  EXPECT_EQ(check_input_limits(gen, m, {{"prompt 'b'", 10, 200}}), "");
+  m.rope_extends = false;
   m.rotary = false;
   m.max_positions = 512;
   try {
