@@ -11,7 +11,7 @@
 #include "common/errors.hpp"
 #include "common/text.hpp"
 #include "common/utf8.hpp"
-#include "common/parse_limits.hpp"
+#include "io/jsonl.hpp"
 
 namespace evalrun {
 namespace fs = std::filesystem;
@@ -94,38 +94,22 @@ class Collector {
 };
 
 void read_jsonl(const std::string& path, Collector& out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, "cannot open prompt file");
-  std::string line;
-  int lineno = 0, count = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (blank(line)) continue;
-    const std::string where = path + ":" + std::to_string(lineno);
-    nlohmann::json j;
-    try {
-      check_json_nesting(line, path, static_cast<std::size_t>(lineno));
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      throw InputError(where, "malformed JSON: " + clip_text(e.what()));
-    }
-    if (!j.is_object()) throw InputError(where, "expected a JSON object per line");
+  const std::size_t count = for_each_jsonl_object(path, "prompt file", [&](const JsonlLine& l) {
+    const nlohmann::json& j = *l.value;
     Prompt p;
     if (j.contains("id") && !j["id"].is_null()) {
       if (j["id"].is_string()) p.id = j["id"].get<std::string>();
       else if (j["id"].is_number_integer()) p.id = std::to_string(j["id"].get<long long>());
-      else throw InputError(where, "\"id\" must be a string or an integer");
-      if (p.id.empty()) throw InputError(where, "\"id\" is empty");
+      else throw InputError(l.where, "\"id\" must be a string or an integer");
+      if (p.id.empty()) throw InputError(l.where, "\"id\" is empty");
     } else {
-      p.id = "line-" + std::to_string(lineno);
+      p.id = "line-" + std::to_string(l.lineno);
     }
-    if (!j.contains("prompt")) throw InputError(where, "missing field \"prompt\"");
-    if (!j["prompt"].is_string()) throw InputError(where, "\"prompt\" must be a string");
+    if (!j.contains("prompt")) throw InputError(l.where, "missing field \"prompt\"");
+    if (!j["prompt"].is_string()) throw InputError(l.where, "\"prompt\" must be a string");
     p.text = j["prompt"].get<std::string>();
-    out.add(std::move(p), where);
-    ++count;
-  }
+    out.add(std::move(p), l.where);
+  });
   if (count == 0) throw InputError(path, "prompt file holds no prompts");
 }
 

@@ -4,11 +4,10 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 
 #include "common/errors.hpp"
-#include "common/parse_limits.hpp"
+#include "io/jsonl.hpp"
 #include "common/text.hpp"
 #include "common/toml_file.hpp"
 #include "task/py_random.hpp"
@@ -164,27 +163,8 @@ struct Doc {
 
 std::vector<Doc> read_jsonl(const std::string& path) {
   refuse_directory(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, "cannot open data set file");
   std::vector<Doc> out;
-  std::string line;
-  std::size_t lineno = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    Doc d;
-    d.where = path + ":" + std::to_string(lineno);
-    try {
-      check_json_nesting(line, path, lineno);
-      d.value = json::parse(line);
-    } catch (const json::exception& e) {
-      throw InputError(d.where, "malformed JSON: " + clip_text(e.what()));
-    }
-    if (!d.value.is_object()) throw InputError(d.where, "expected a JSON object per line");
-    d.line = line;
-    out.push_back(std::move(d));
-  }
+  for_each_jsonl_object(path, "data set file", [&](const JsonlLine& l) { out.push_back({l.where, l.text, *l.value}); });
   if (out.empty()) throw InputError(path, "data set holds no documents");
   return out;
 }

@@ -3,7 +3,6 @@
 // (task.task_file: LAMBADA, one request per document, scored with lm-eval's perplexity and acc). rank 0
 // reads and tokenizes the requests and shards them by tokens; every rank scores its requests; rank 0
 // writes one row per request in file order.
-#include <fstream>
 #include <functional>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -13,9 +12,8 @@
 #include "app/flows/flows.hpp"
 #include "common/errors.hpp"
 #include "common/logging.hpp"
-#include "common/parse_limits.hpp"
-#include "common/text.hpp"
 #include "io/hdf5_file.hpp"
+#include "io/jsonl.hpp"
 #include "task/input_limits.hpp"
 #include "task/lm_eval_stats.hpp"
 #include "task/loglikelihood.hpp"
@@ -32,26 +30,12 @@ struct RequestText {
 // One JSON object per non-blank line with string fields "context" and "continuation" ("id" optional).
 // InputError naming file:line for malformed JSON, a missing or non-string field, a duplicate id.
 std::vector<RequestText> read_requests(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, "cannot open data set file");
   std::vector<RequestText> out;
   std::unordered_set<std::string> seen;
-  std::string line;
-  std::size_t lineno = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+  for_each_jsonl_object(path, "data set file", [&](const JsonlLine& l) {
+    const nlohmann::json& j = *l.value;
     RequestText r;
-    r.where = path + ":" + std::to_string(lineno);
-    nlohmann::json j;
-    try {
-      check_json_nesting(line, path, lineno);
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      throw InputError(r.where, "malformed JSON: " + clip_text(e.what()));
-    }
-    if (!j.is_object()) throw InputError(r.where, "expected a JSON object per line");
+    r.where = l.where;
     for (const char* key : {"context", "continuation"}) {
       if (!j.contains(key) || !j[key].is_string()) {
         throw InputError(r.where, std::string("missing string field \"") + key + "\"");
@@ -64,10 +48,10 @@ std::vector<RequestText> read_requests(const std::string& path) {
       else if (j["id"].is_number_integer()) r.id = std::to_string(j["id"].get<long long>());
       else throw InputError(r.where, "\"id\" must be a string or an integer");
     }
-    if (r.id.empty()) r.id = "line-" + std::to_string(lineno);
+    if (r.id.empty()) r.id = "line-" + std::to_string(l.lineno);
     if (!seen.insert(r.id).second) throw InputError(r.where, "duplicate request id '" + r.id + "'");
     out.push_back(std::move(r));
-  }
+  });
   if (out.empty()) throw InputError(path, "data set holds no requests");
   return out;
 }
