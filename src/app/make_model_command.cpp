@@ -55,6 +55,13 @@ int make_model_command(int argc, char** argv) {
                  "copy vocab.json/merges.txt (and special-token files) from this directory instead of "
                  "learning a small byte-level BPE");
   app.add_option("--vocab", vocab_target, "vocabulary size of the learned tokenizer")->check(CLI::Range(300, 1300));
+  std::int64_t model_vocab = 0;
+  auto* model_vocab_opt =
+      app.add_option("--model-vocab", model_vocab,
+                     "decoder presets: config.json vocab_size (embedding and lm_head rows), padded past the "
+                     "tokenizer's ids as real checkpoints are (e.g. 128256 as Llama 3), so result files have a real "
+                     "vocabulary's logits")
+          ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   // GPTQ: the generated float weights rounded to 4 bits (round-to-nearest per group, no calibration).
   bool gptq = false, desc_act = false, sym = false;
   std::int64_t group_size = 128;
@@ -76,6 +83,11 @@ int make_model_command(int argc, char** argv) {
                                      "calibrated on random token ids)")
       ->check(CLI::IsMember({"dynamic", "static"}));
   if (auto stop = parse_command_line(app, argc, argv)) return *stop;
+  if (model_vocab_opt->count() > 0) {
+    const auto encoders = roberta_presets();
+    if (std::find(encoders.begin(), encoders.end(), preset) != encoders.end())
+      throw InputError("--model-vocab", "applies only to the decoder presets");
+  }
   if (!gptq) {
     for (auto* opt : {gs_opt, da_opt, sym_opt, fmt_opt}) {
       if (opt->count() > 0) throw InputError(opt->get_name(), "applies only with --gptq");
@@ -137,7 +149,13 @@ int make_model_command(int argc, char** argv) {
     }
     // The real-shape presets (not tiny-*) keep a real vocabulary (32000) so their cost is a real model's.
     const bool real_shape = preset.rfind("tiny-", 0) != 0;
-    const std::int64_t vocab = real_shape ? std::max<std::int64_t>(32000, tokenizer.vocab_size()) : tokenizer.vocab_size();
+    std::int64_t vocab = real_shape ? std::max<std::int64_t>(32000, tokenizer.vocab_size()) : tokenizer.vocab_size();
+    if (model_vocab_opt->count() > 0) {
+      if (model_vocab < tokenizer.vocab_size())
+        throw InputError("--model-vocab", std::to_string(model_vocab) + " is below the tokenizer's " +
+                                              std::to_string(tokenizer.vocab_size()) + " ids");
+      vocab = model_vocab;
+    }
     // The learned tokenizer's ids (<s> 0, <pad> 1, </s> 2) go into config.json and generation_config.json.
     const auto& sp = tokenizer.special();
     make_llama_checkpoint(out, preset, seed, vocab, SpecialTokenIds{sp.bos, sp.eos, sp.pad});

@@ -45,6 +45,7 @@ class Id {
     id_ = H5I_INVALID_HID;
   }
   hid_t get() const { return id_; }
+  hid_t release() { return std::exchange(id_, H5I_INVALID_HID); }  // the caller closes it
   bool ok() const { return id_ >= 0; }
   operator hid_t() const { return id_; }  // NOLINT: pass straight to the C API
 
@@ -166,6 +167,10 @@ std::vector<std::string> unpack_fixed(const std::vector<char>& buf, std::size_t 
 
 namespace {
 
+// How a dataset's bytes lie in the file: contiguous, or (past kChunkMin elements) in row chunks,
+// shuffled and deflated or raw.
+enum class Storage { contiguous, deflate, raw_chunks };
+
 struct DatasetSpec {
   hid_t mem_type;
   hid_t file_type;
@@ -266,15 +271,15 @@ void require_open(std::int64_t file, const std::string& final_path) {
 
 void write_dataset(hid_t file, const std::string& final_path, const std::string& path, const DatasetSpec& spec,
                    const void* data, std::size_t n, const std::vector<std::int64_t>& dims, std::int64_t row_chunk,
-                   bool compressible) {
+                   Storage storage) {
   const auto hdims = checked_dims(path, n, dims);
   Id space(H5Screate_simple(static_cast<int>(hdims.size()), hdims.data(), nullptr), H5Sclose);
   if (!space.ok()) write_fail(final_path, path, "cannot create dataspace");
   Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-  if (compressible && n > static_cast<std::size_t>(H5Writer::kChunkMin)) {
+  if (storage != Storage::contiguous && n > static_cast<std::size_t>(H5Writer::kChunkMin)) {
     const auto c = chunk_dims(hdims, spec.elem_size, row_chunk);
-    if (H5Pset_chunk(dcpl, static_cast<int>(c.size()), c.data()) < 0 || H5Pset_shuffle(dcpl) < 0 ||
-        H5Pset_deflate(dcpl, 4) < 0)
+    if (H5Pset_chunk(dcpl, static_cast<int>(c.size()), c.data()) < 0 ||
+        (storage == Storage::deflate && (H5Pset_shuffle(dcpl) < 0 || H5Pset_deflate(dcpl, 4) < 0)))
       write_fail(final_path, path, "cannot set chunking/compression");
   }
   const Id lcpl = make_lcpl();
@@ -303,31 +308,37 @@ void H5Writer::write(const std::string& path, const std::vector<float>& data, st
                      std::int64_t row_chunk) {
   require_open(file_, final_path_);
   write_dataset(file_, final_path_, path, {H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, 4}, data.data(), data.size(), dims,
-                row_chunk, true);
+                row_chunk, Storage::deflate);
+}
+void H5Writer::write_rows(const std::string& path, const std::vector<float>& data, std::vector<std::int64_t> dims,
+                          std::int64_t row_chunk) {
+  require_open(file_, final_path_);
+  write_dataset(file_, final_path_, path, {H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, 4}, data.data(), data.size(), dims,
+                row_chunk, Storage::raw_chunks);
 }
 void H5Writer::write(const std::string& path, const std::vector<double>& data, std::vector<std::int64_t> dims,
                      std::int64_t row_chunk) {
   require_open(file_, final_path_);
   write_dataset(file_, final_path_, path, {H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, 8}, data.data(), data.size(), dims,
-                row_chunk, true);
+                row_chunk, Storage::deflate);
 }
 void H5Writer::write(const std::string& path, const std::vector<std::int64_t>& data, std::vector<std::int64_t> dims,
                      std::int64_t row_chunk) {
   require_open(file_, final_path_);
   write_dataset(file_, final_path_, path, {H5T_NATIVE_INT64, H5T_STD_I64LE, 8}, data.data(), data.size(), dims,
-                row_chunk, true);
+                row_chunk, Storage::deflate);
 }
 void H5Writer::write(const std::string& path, const std::vector<std::int32_t>& data, std::vector<std::int64_t> dims,
                      std::int64_t row_chunk) {
   require_open(file_, final_path_);
   write_dataset(file_, final_path_, path, {H5T_NATIVE_INT32, H5T_STD_I32LE, 4}, data.data(), data.size(), dims,
-                row_chunk, true);
+                row_chunk, Storage::deflate);
 }
 void H5Writer::write(const std::string& path, const std::vector<std::uint64_t>& data, std::vector<std::int64_t> dims,
                      std::int64_t row_chunk) {
   require_open(file_, final_path_);
   write_dataset(file_, final_path_, path, {H5T_NATIVE_UINT64, H5T_STD_U64LE, 8}, data.data(), data.size(), dims,
-                row_chunk, true);
+                row_chunk, Storage::deflate);
 }
 
 void H5Writer::write_f16(const std::string& path, const std::vector<std::uint16_t>& bits,
@@ -335,7 +346,7 @@ void H5Writer::write_f16(const std::string& path, const std::vector<std::uint16_
   require_open(file_, final_path_);
   const Id file_type = make_f16_type(H5T_IEEE_F32LE);
   const Id mem_type = make_f16_type(H5T_NATIVE_FLOAT);
-  write_dataset(file_, final_path_, path, {mem_type, file_type, 2}, bits.data(), bits.size(), dims, row_chunk, true);
+  write_dataset(file_, final_path_, path, {mem_type, file_type, 2}, bits.data(), bits.size(), dims, row_chunk, Storage::deflate);
 }
 
 void H5Writer::write_strings(const std::string& path, const std::vector<std::string>& data) {
@@ -345,7 +356,7 @@ void H5Writer::write_strings(const std::string& path, const std::vector<std::str
   ptrs.reserve(data.size());
   for (const auto& s : data) ptrs.push_back(s.c_str());
   // Not chunked: deflate would only see the heap references, not the string bytes.
-  write_dataset(file_, final_path_, path, {t, t, sizeof(char*)}, ptrs.data(), ptrs.size(), {}, 0, false);
+  write_dataset(file_, final_path_, path, {t, t, sizeof(char*)}, ptrs.data(), ptrs.size(), {}, 0, Storage::contiguous);
 }
 
 namespace {
@@ -622,6 +633,84 @@ std::vector<std::vector<float>> H5Reader::read_ragged_f32(const std::string& gro
   auto offsets = read_u64(group + "/offsets");
   return split_ragged(where(path_, group), values, offsets);
 }
+
+// --- H5Rows -----------------------------------------------------------------------------------------
+
+namespace {
+
+template <typename T>
+struct RowType;
+template <>
+struct RowType<float> {
+  static hid_t mem() { return H5T_NATIVE_FLOAT; }
+  static constexpr H5T_class_t kClass = H5T_FLOAT;
+};
+template <>
+struct RowType<std::int64_t> {
+  static hid_t mem() { return H5T_NATIVE_INT64; }
+  static constexpr H5T_class_t kClass = H5T_INTEGER;
+};
+
+}  // namespace
+
+template <typename T>
+H5Rows<T>::H5Rows(const H5Reader& file, const std::string& dataset, std::size_t block_bytes)
+    : where_(where(file.path(), dataset)) {
+  Id ds = open_dataset(file.file_, file.path(), dataset);
+  const Id ft(H5Dget_type(ds), H5Tclose);
+  const H5T_class_t cls = H5Tget_class(ft);
+  if (cls != RowType<T>::kClass)
+    throw InputError(where_, std::string("is a ") + class_name(cls) + " dataset, expected " +
+                                 class_name(RowType<T>::kClass));
+  const Id space(H5Dget_space(ds), H5Sclose);
+  if (H5Sget_simple_extent_ndims(space) != 2) throw InputError(where_, "expected a 2-D dataset");
+  hsize_t dims[2] = {0, 0};
+  H5Sget_simple_extent_dims(space, dims, nullptr);
+  rows_ = static_cast<std::int64_t>(dims[0]);
+  cols_ = static_cast<std::int64_t>(dims[1]);
+  // Blocks of whole chunks: a chunk is decompressed once however the rows are asked for in order.
+  std::int64_t chunk_rows = 1;
+  const Id dcpl(H5Dget_create_plist(ds), H5Pclose);
+  hsize_t chunk[2] = {1, 1};
+  if (H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_chunk(dcpl, 2, chunk) == 2)
+    chunk_rows = std::max<std::int64_t>(1, static_cast<std::int64_t>(chunk[0]));
+  const auto row_bytes = static_cast<std::size_t>(std::max<std::int64_t>(cols_, 1)) * sizeof(T);
+  const auto fit = static_cast<std::int64_t>(block_bytes / row_bytes);
+  block_rows_ = std::max<std::int64_t>(1, fit / chunk_rows) * chunk_rows;
+  dataset_ = ds.release();
+}
+
+template <typename T>
+H5Rows<T>::~H5Rows() {
+  if (dataset_ >= 0) H5Dclose(dataset_);
+}
+
+template <typename T>
+const T* H5Rows<T>::row(std::int64_t r) {
+  if (r < 0 || r >= rows_)
+    throw InputError(where_, "row " + std::to_string(r) + " asked for, the dataset has " + std::to_string(rows_));
+  if (r < first_ || r >= first_ + loaded_) {
+    first_ = r / block_rows_ * block_rows_;
+    loaded_ = std::min(block_rows_, rows_ - first_);
+    block_.resize(static_cast<std::size_t>(loaded_ * cols_));
+    const Id file_space(H5Dget_space(dataset_), H5Sclose);
+    const hsize_t start[2] = {static_cast<hsize_t>(first_), 0};
+    const hsize_t count[2] = {static_cast<hsize_t>(loaded_), static_cast<hsize_t>(cols_)};
+    const Id mem_space(H5Screate_simple(2, count, nullptr), H5Sclose);
+    if (!block_.empty() &&
+        (H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, nullptr, count, nullptr) < 0 ||
+         H5Dread(dataset_, RowType<T>::mem(), mem_space, file_space, H5P_DEFAULT, block_.data()) < 0)) {
+      first_ = -1;
+      loaded_ = 0;
+      throw InputError(where_, "cannot read rows " + std::to_string(start[0]) + ".." +
+                                   std::to_string(start[0] + count[0] - 1) + ": " + h5_detail());
+    }
+  }
+  return block_.data() + (r - first_) * cols_;
+}
+
+template class H5Rows<float>;
+template class H5Rows<std::int64_t>;
 
 namespace {
 

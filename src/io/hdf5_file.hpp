@@ -12,7 +12,8 @@ namespace evalrun {
 // commit(); a writer destroyed without commit() removes its temporary file, so a failed run never
 // replaces or truncates an earlier good result. Parent groups of a path are created on demand.
 // Every dataset may be chunked + deflate-compressed (level 4) when it has more than `kChunkMin`
-// elements; `row_chunk` sets how many leading-dimension rows go into one chunk (0 = automatic).
+// elements (write_rows: chunked only); `row_chunk` sets how many leading-dimension rows go into one
+// chunk (0 = automatic).
 class H5Writer {
  public:
   static constexpr std::int64_t kChunkMin = 4096;  // datasets with more elements are chunked + compressed
@@ -27,6 +28,10 @@ class H5Writer {
   // dims' product must equal data.size(); dims empty means 1-D.
   void write(const std::string& path, const std::vector<float>& data, std::vector<std::int64_t> dims = {},
              std::int64_t row_chunk = 0);
+  // Float rows chunked like write() but not compressed: logits are float noise to deflate (it saves
+  // about 15% of a vocabulary's logits) and inflating them was most of `evalrun compare`'s time.
+  void write_rows(const std::string& path, const std::vector<float>& data, std::vector<std::int64_t> dims,
+                  std::int64_t row_chunk = 0);
   void write(const std::string& path, const std::vector<double>& data, std::vector<std::int64_t> dims = {},
              std::int64_t row_chunk = 0);
   void write(const std::string& path, const std::vector<std::int64_t>& data, std::vector<std::int64_t> dims = {},
@@ -68,6 +73,9 @@ class H5Writer {
 // included, so the process must end without either (std::_Exit after its message).
 bool hdf5_shutdown() noexcept;
 
+template <typename T>
+class H5Rows;
+
 // Read-only access. Missing objects and type mismatches are InputErrors naming the file and object.
 class H5Reader {
  public:
@@ -98,8 +106,36 @@ class H5Reader {
   double attr_double(const std::string& object, const std::string& name) const;
 
  private:
+  template <typename T>
+  friend class H5Rows;
   std::string path_;
   std::int64_t file_ = -1;
+};
+
+// The rows of a 2-D numeric dataset, read a block of whole chunks at a time, so that a dataset larger
+// than memory (every vocabulary logit of a long run) is read once, in order, holding about
+// `block_bytes`. T is float or std::int64_t (converted by HDF5 as read_f32 / read_i64 do).
+template <typename T>
+class H5Rows {
+ public:
+  static constexpr std::size_t kBlockBytes = std::size_t{64} << 20;
+  H5Rows(const H5Reader& file, const std::string& dataset, std::size_t block_bytes = kBlockBytes);
+  ~H5Rows();
+  H5Rows(const H5Rows&) = delete;
+  H5Rows& operator=(const H5Rows&) = delete;
+
+  std::int64_t rows() const { return rows_; }
+  std::int64_t cols() const { return cols_; }
+  std::int64_t block_rows() const { return block_rows_; }
+  // Row r (0 <= r < rows()), cols() values; the pointer stays valid until the next call.
+  const T* row(std::int64_t r);
+
+ private:
+  std::string where_;
+  std::int64_t dataset_ = -1;
+  std::int64_t rows_ = 0, cols_ = 0, block_rows_ = 1;
+  std::int64_t first_ = -1, loaded_ = 0;  // rows [first_, first_ + loaded_) are in block_
+  std::vector<T> block_;
 };
 
 }  // namespace evalrun

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <memory>
 #include <numeric>
 
 #include "common/errors.hpp"
@@ -35,34 +36,48 @@ std::size_t DiffHistogram::total() const {
   return std::accumulate(counts.begin(), counts.end(), std::size_t{0}) + zeros + non_finite;
 }
 
-DiffHistogram DiffHistogram::of(const std::string& title, const std::vector<double>& values, std::size_t bins) {
+namespace {
+// log10 of the smallest positive double (denormal) is about -323.3, of the largest about 308.3.
+constexpr int kLowestBin = -324 * DiffHistogramBuilder::kBinsPerDecade;
+constexpr int kHighestBin = 309 * DiffHistogramBuilder::kBinsPerDecade;
+}  // namespace
+
+DiffHistogramBuilder::DiffHistogramBuilder(std::string title)
+    : title_(std::move(title)), counts_(static_cast<std::size_t>(kHighestBin - kLowestBin + 1), 0) {}
+
+void DiffHistogramBuilder::add(double v) {
+  if (!std::isfinite(v)) {
+    ++non_finite_;
+    return;
+  }
+  if (v == 0) {
+    ++zeros_;
+    return;
+  }
+  const int bin = static_cast<int>(std::floor(std::log10(std::fabs(v)) * kBinsPerDecade));
+  ++counts_[static_cast<std::size_t>(std::clamp(bin, kLowestBin, kHighestBin) - kLowestBin)];
+}
+
+DiffHistogram DiffHistogramBuilder::histogram() const {
   DiffHistogram h;
-  h.title = title;
-  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-  for (double v : values) {
-    if (!std::isfinite(v)) continue;
-    if (v == 0) continue;
-    lo = std::min(lo, std::log10(std::fabs(v)));
-    hi = std::max(hi, std::log10(std::fabs(v)));
-  }
-  for (double v : values) {
-    if (!std::isfinite(v)) ++h.non_finite;
-    else if (v == 0) ++h.zeros;
-  }
-  if (lo > hi) return h;  // nothing but zeros / non-finite values
-  // Quarter-decade-aligned range a little wider than the data, so a single value still gets a bin.
-  lo = std::floor(lo * 4) / 4;
-  hi = std::max(std::ceil(hi * 4) / 4, lo + 0.25);
-  h.log10_edges.resize(bins + 1);
-  for (std::size_t i = 0; i <= bins; ++i) h.log10_edges[i] = lo + (hi - lo) * static_cast<double>(i) / static_cast<double>(bins);
-  h.counts.assign(bins, 0);
-  for (double v : values) {
-    if (!std::isfinite(v) || v == 0) continue;
-    const double x = std::log10(std::fabs(v));
-    auto b = static_cast<std::size_t>((x - lo) / (hi - lo) * static_cast<double>(bins));
-    ++h.counts[std::min(b, bins - 1)];
-  }
+  h.title = title_;
+  h.zeros = zeros_;
+  h.non_finite = non_finite_;
+  const auto used = [](std::size_t n) { return n > 0; };
+  const auto first = std::find_if(counts_.begin(), counts_.end(), used);
+  if (first == counts_.end()) return h;  // nothing but zeros / non-finite values
+  const auto last = std::find_if(counts_.rbegin(), counts_.rend(), used).base();
+  h.counts.assign(first, last);
+  const auto lo = static_cast<int>(first - counts_.begin()) + kLowestBin;
+  for (std::size_t i = 0; i <= h.counts.size(); ++i)
+    h.log10_edges.push_back(static_cast<double>(lo + static_cast<int>(i)) / kBinsPerDecade);
   return h;
+}
+
+DiffHistogram DiffHistogram::of(const std::string& title, const std::vector<double>& values) {
+  DiffHistogramBuilder b(title);
+  for (double v : values) b.add(v);
+  return b.histogram();
 }
 
 namespace {
@@ -150,35 +165,48 @@ void require_same_inputs(const H5Reader& ref, const H5Reader& cand, const std::s
 
 // --- logits -----------------------------------------------------------------------------------------
 
-// Logits rows as stored: whole rows [S, V] or top-k [S, k] with their ids.
+// Logits rows as stored: whole rows [S, V] or top-k [S, k] with their ids, read a block of rows at a
+// time (H5Rows) so that compare holds a bounded slab of each file, not its logits.
 struct LogitRows {
   bool full = false;
   std::int64_t rows = 0, cols = 0;
-  std::vector<float> values;
-  std::vector<std::int64_t> ids;  // top-k only
+  std::unique_ptr<H5Rows<float>> values;
+  std::unique_ptr<H5Rows<std::int64_t>> ids;  // top-k only
   bool present() const { return rows > 0 && cols > 0; }
 
-  // (id, logit) of the best min(k, available) entries, best first.
-  std::vector<std::pair<std::int64_t, float>> top(std::int64_t row, std::size_t k) const {
-    std::vector<std::pair<std::int64_t, float>> out;
-    const float* v = values.data() + row * cols;
+  // (id, logit) of the best min(k, available) entries, best first (ties: the smaller id). One pass
+  // keeping the best k in order: a full row has a whole vocabulary of entries and k is small.
+  std::vector<std::pair<std::int64_t, float>> top(std::int64_t row, std::size_t k) {
+    using Entry = std::pair<std::int64_t, float>;
+    const auto better = [](const Entry& a, const Entry& b) {
+      return a.second > b.second || (a.second == b.second && a.first < b.first);
+    };
+    std::vector<Entry> out;
+    if (k == 0) return out;
+    out.reserve(k + 1);
+    const float* v = values->row(row);
+    const std::int64_t* id_row = full ? nullptr : ids->row(row);
+    float bar = -std::numeric_limits<float>::infinity();  // once k are kept: the k-th best logit
     for (std::int64_t j = 0; j < cols; ++j) {
-      const std::int64_t id = full ? j : ids[row * cols + j];
-      if (id >= 0 && std::isfinite(v[j])) out.emplace_back(id, v[j]);
+      if (!(v[j] >= bar)) continue;  // the common case, one compare (NaN lands here too)
+      const Entry e{full ? j : id_row[j], v[j]};
+      if (e.first < 0 || !std::isfinite(e.second)) continue;
+      if (out.size() == k && !better(e, out.back())) continue;
+      out.insert(std::upper_bound(out.begin(), out.end(), e, better), e);
+      if (out.size() > k) out.pop_back();
+      if (out.size() == k) bar = out.back().second;
     }
-    k = std::min(k, out.size());
-    std::partial_sort(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(k), out.end(),
-                      [](const auto& a, const auto& b) { return a.second > b.second || (a.second == b.second && a.first < b.first); });
-    out.resize(k);
     return out;
   }
-  std::optional<float> at(std::int64_t row, std::int64_t id) const {
-    if (full) return id >= 0 && id < cols ? std::optional<float>(values[row * cols + id]) : std::nullopt;
+  std::optional<float> at(std::int64_t row, std::int64_t id) {
+    const float* v = values->row(row);
+    if (full) return id >= 0 && id < cols ? std::optional<float>(v[id]) : std::nullopt;
+    const std::int64_t* id_row = ids->row(row);
     for (std::int64_t j = 0; j < cols; ++j)
-      if (ids[row * cols + j] == id && std::isfinite(values[row * cols + j])) return values[row * cols + j];
+      if (id_row[j] == id && std::isfinite(v[j])) return v[j];
     return std::nullopt;
   }
-  std::int64_t argmax(std::int64_t row) const {
+  std::int64_t argmax(std::int64_t row) {
     auto t = top(row, 1);
     return t.empty() ? -1 : t[0].first;
   }
@@ -187,27 +215,24 @@ struct LogitRows {
 LogitRows load_logits(const H5Reader& f, const std::string& full_path, const std::string& topk_group) {
   LogitRows l;
   if (f.exists(full_path)) {
-    const auto s = f.shape(full_path);
-    if (s.size() != 2) throw InputError(f.path() + ": " + full_path, "expected a 2-D dataset");
     l.full = true;
-    l.rows = s[0];
-    l.cols = s[1];
-    l.values = f.read_f32(full_path);
+    l.values = std::make_unique<H5Rows<float>>(f, full_path);
   } else if (f.exists(topk_group + "/values") && f.exists(topk_group + "/indices")) {
-    const auto s = f.shape(topk_group + "/values");
-    if (s.size() != 2 || f.shape(topk_group + "/indices") != s)
+    l.values = std::make_unique<H5Rows<float>>(f, topk_group + "/values");
+    l.ids = std::make_unique<H5Rows<std::int64_t>>(f, topk_group + "/indices");
+    if (l.ids->rows() != l.values->rows() || l.ids->cols() != l.values->cols())
       throw InputError(f.path() + ": " + topk_group, "values and indices must be 2-D of the same shape");
-    l.rows = s[0];
-    l.cols = s[1];
-    l.values = f.read_f32(topk_group + "/values");
-    l.ids = f.read_i64(topk_group + "/indices");
+  } else {
+    return l;
   }
+  l.rows = l.values->rows();
+  l.cols = l.values->cols();
   return l;
 }
 
 // Reference top-k ids of `row` and both files' logits at the ids present in both (top-k candidates may
 // lack some). Returns false when none is shared.
-bool restricted_logits(const LogitRows& ref, std::int64_t ref_row, const LogitRows& cand, std::int64_t cand_row,
+bool restricted_logits(LogitRows& ref, std::int64_t ref_row, LogitRows& cand, std::int64_t cand_row,
                        std::size_t k, std::vector<double>& r, std::vector<double>& c) {
   r.clear();
   c.clear();
@@ -230,8 +255,8 @@ void compare_generate(const H5Reader& ref, const H5Reader& cand, const std::vect
   if (ga.size() != ids.size() || gb.size() != ids.size())
     throw InputError(cand.path() + ": /generated/ids", "one row per sample expected");
 
-  const LogitRows la = load_logits(ref, "/logits/step_logits", "/logits/topk");
-  const LogitRows lb = load_logits(cand, "/logits/step_logits", "/logits/topk");
+  LogitRows la = load_logits(ref, "/logits/step_logits", "/logits/topk");
+  LogitRows lb = load_logits(cand, "/logits/step_logits", "/logits/topk");
   const bool level1 = la.present() && lb.present();
   std::vector<std::uint64_t> oa, ob;
   if (level1) {
@@ -244,7 +269,8 @@ void compare_generate(const H5Reader& ref, const H5Reader& cand, const std::vect
   const double diff_limit = b.t.get("generate", "softmax_diff_per_token");
 
   std::size_t mismatched = 0, total = 0, identical = 0, compared = 0, failed = 0, unshared = 0;
-  std::vector<double> ces, kls, diffs, logit_diffs;
+  std::vector<double> ces, kls, diffs;
+  DiffHistogramBuilder logit_diffs("|logit difference| over the reference's top-k (compared steps)");
   PositionSeries& series = b.c.by_position;
   auto at_position = [&](std::size_t s) {
     if (series.position.size() <= s) {
@@ -279,7 +305,7 @@ void compare_generate(const H5Reader& ref, const H5Reader& cand, const std::vect
         if (restricted_logits(la, static_cast<std::int64_t>(oa[i] + s), lb, static_cast<std::int64_t>(ob[i] + s),
                               kTopK, r, c)) {
           d = token_divergence(r, c);
-          for (std::size_t j = 0; j < r.size(); ++j) logit_diffs.push_back(std::fabs(r[j] - c[j]));
+          for (std::size_t j = 0; j < r.size(); ++j) logit_diffs.add(std::fabs(r[j] - c[j]));
         } else {
           ++unshared;
           d = token_divergence({}, {});  // infinite: no shared id
@@ -339,7 +365,7 @@ void compare_generate(const H5Reader& ref, const H5Reader& cand, const std::vect
     series.ce_mean[s] /= n;
     series.ce_excess_mean[s] /= n;
   }
-  b.c.histograms.push_back(DiffHistogram::of("|logit difference| over the reference's top-k (compared steps)", logit_diffs));
+  b.c.histograms.push_back(logit_diffs.histogram());
   b.c.histograms.push_back(DiffHistogram::of("per-token mean |softmax difference|", diffs));
   b.info("ce_mean", mean(ces), "mean cross entropy -sum p_ref log p_cand over the top-k");
   b.info("ce_excess_mean", mean(kls), "mean of CE - H(ref) (= KL over the top-k)");
@@ -437,21 +463,27 @@ void compare_mlm(const H5Reader& ref, const H5Reader& cand, const std::vector<st
   if (full) {
     if (ref.shape("/logits/mask_logits") != cand.shape("/logits/mask_logits"))
       throw InputError(cand.path() + ": /logits/mask_logits", "shape differs from the reference's");
-    const auto a = ref.read_f32("/logits/mask_logits"), c = cand.read_f32("/logits/mask_logits");
-    const std::size_t v = m ? a.size() / m : 0;
+    H5Rows<float> a(ref, "/logits/mask_logits"), c(cand, "/logits/mask_logits");
+    if (a.rows() != static_cast<std::int64_t>(m))
+      throw InputError(ref.path() + ": /logits/mask_logits", "one row per mask expected");
+    const auto v = static_cast<std::size_t>(a.cols());
     double sum = 0, mx = 0;
-    std::vector<double> all(a.size());
-    for (std::size_t i = 0; i < a.size(); ++i) {
-      const double d = std::fabs(static_cast<double>(a[i]) - c[i]);
-      all[i] = d;
-      sum += d;
-      mx = std::max(mx, d);
-      const std::size_t s = sample[i / v];
-      if (s < worst.size()) worst[s] = std::max(worst[s], d);
+    DiffHistogramBuilder all("|logit difference| at the masks (whole vocabulary)");
+    for (std::size_t j = 0; j < m; ++j) {
+      const float* ra = a.row(static_cast<std::int64_t>(j));
+      const float* rc = c.row(static_cast<std::int64_t>(j));
+      const std::size_t s = sample[j];
+      for (std::size_t x = 0; x < v; ++x) {
+        const double d = std::fabs(static_cast<double>(ra[x]) - rc[x]);
+        all.add(d);
+        sum += d;
+        mx = std::max(mx, d);
+        if (s < worst.size()) worst[s] = std::max(worst[s], d);
+      }
     }
     b.check("max_logit_diff", mx, "max_logit_diff");
-    b.check("mean_logit_diff", a.empty() ? 0.0 : sum / static_cast<double>(a.size()), "mean_logit_diff");
-    b.c.histograms.push_back(DiffHistogram::of("|logit difference| at the masks (whole vocabulary)", all));
+    b.check("mean_logit_diff", m * v == 0 ? 0.0 : sum / static_cast<double>(m * v), "mean_logit_diff");
+    b.c.histograms.push_back(all.histogram());
   } else {
     b.note("mask logit differences need output.logits = \"full\" in both files; not compared");
   }
@@ -514,8 +546,8 @@ void compare_perplexity(const H5Reader& ref, const H5Reader& cand, const std::ve
   b.check("logprob_diff_p99", pos.empty() ? 0.0 : percentile(dlp, 99), "logprob_diff_p99");
   b.c.histograms.push_back(DiffHistogram::of("|log-prob difference| per scored token", dlp));
 
-  const LogitRows la = load_logits(ref, "/logits/full", "/logits/topk");
-  const LogitRows lb = load_logits(cand, "/logits/full", "/logits/topk");
+  LogitRows la = load_logits(ref, "/logits/full", "/logits/topk");
+  LogitRows lb = load_logits(cand, "/logits/full", "/logits/topk");
   const bool logits = la.present() && lb.present();
   std::vector<double> kl(pos.size(), kNaN);
   std::vector<char> same_top(pos.size(), 0);
@@ -528,8 +560,10 @@ void compare_perplexity(const H5Reader& ref, const H5Reader& cand, const std::ve
     for (std::size_t i = 0; i < pos.size(); ++i) {
       const auto row = static_cast<std::int64_t>(i);
       if (both_full) {
-        r.assign(la.values.begin() + row * la.cols, la.values.begin() + (row + 1) * la.cols);
-        c.assign(lb.values.begin() + row * lb.cols, lb.values.begin() + (row + 1) * lb.cols);
+        const float* ra = la.values->row(row);
+        const float* rb = lb.values->row(row);
+        r.assign(ra, ra + la.cols);
+        c.assign(rb, rb + lb.cols);
         kl[i] = token_divergence(r, c).kl;
       } else {
         // shared top-k: the reference's stored ids that the candidate also has (all of them when it is full)

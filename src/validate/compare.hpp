@@ -38,8 +38,25 @@ struct DiffHistogram {
   std::size_t zeros = 0;
   std::size_t non_finite = 0;
   std::size_t total() const;
-  // Bins `values` (|diff| >= 0) into `bins` equal log10 bins spanning their smallest to largest non-zero value.
-  static DiffHistogram of(const std::string& title, const std::vector<double>& values, std::size_t bins = 40);
+  // The histogram of `values` (|diff| >= 0), as DiffHistogramBuilder bins them.
+  static DiffHistogram of(const std::string& title, const std::vector<double>& values);
+};
+
+// Counts differences one at a time into fixed bins an eighth of a decade wide (edges at multiples of
+// 1/8 in log10), so a histogram of every vocabulary logit of a run needs no copy of the values and does
+// not depend on the order they come in; histogram() spans the bins from the smallest to the largest
+// non-zero value.
+class DiffHistogramBuilder {
+ public:
+  static constexpr int kBinsPerDecade = 8;
+  explicit DiffHistogramBuilder(std::string title);
+  void add(double v);
+  DiffHistogram histogram() const;
+
+ private:
+  std::string title_;
+  std::vector<std::size_t> counts_;  // index = floor(log10 |v| * kBinsPerDecade) - kLowest
+  std::size_t zeros_ = 0, non_finite_ = 0;
 };
 
 // generate, level 1: the compared steps grouped by their index in the generated sequence.

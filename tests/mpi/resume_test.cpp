@@ -102,8 +102,9 @@ class Resume : public ::testing::Test {
       for (int i = 0; i < 2000; ++i) f << sentence(12) << ".\n";
     }
     {
+      // Requests are fast (about 10,000/s per rank here): enough of them that the kill lands mid-run.
       std::ofstream f(dir_ / "loglik.jsonl");
-      for (int i = 0; i < 1500; ++i) {
+      for (int i = 0; i < 20000; ++i) {
         f << "{\"context\": \"" << sentence(3 + i % 9) << "\", \"continuation\": \" " << sentence(1 + i % 4) << "\"}\n";
       }
     }

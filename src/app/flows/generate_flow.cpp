@@ -29,11 +29,14 @@ std::string join_stop_ids(const std::vector<std::int64_t>& ids) {
 
 // Writes [rows, row_len] float32 rows given as one flat vector per sample (rows of all samples stacked).
 void write_step_logits(H5Writer& out, const std::string& path, const std::vector<std::vector<float>>& per_sample,
-                       std::int64_t row_len) {
+                       std::int64_t row_len, bool whole_vocabulary) {
   std::vector<float> flat;
   for (const auto& v : per_sample) flat.insert(flat.end(), v.begin(), v.end());
   const auto rows = row_len > 0 ? static_cast<std::int64_t>(flat.size()) / row_len : 0;
-  out.write(path, flat, {rows, row_len}, /*row_chunk=*/4);
+  if (whole_vocabulary)
+    out.write_rows(path, flat, {rows, row_len}, /*row_chunk=*/4);
+  else
+    out.write(path, flat, {rows, row_len}, /*row_chunk=*/4);
 }
 
 // [validation] golden: the reference run's /generated/ids become each item's forced_ids. The file must
@@ -181,9 +184,9 @@ class GenerateFlow : public DecoderFlow {
     }
     const std::int64_t vocab = model_vocab(res);
     if (spec.output.logits == LogitsMode::full) {
-      write_step_logits(out, "/logits/step_logits", full_rows, vocab);
+      write_step_logits(out, "/logits/step_logits", full_rows, vocab, true);
     } else if (spec.output.logits == LogitsMode::topk) {
-      write_step_logits(out, "/logits/topk/values", topk_values, spec.output.top_k);
+      write_step_logits(out, "/logits/topk/values", topk_values, spec.output.top_k, false);
       std::vector<std::int64_t> flat;
       for (const auto& v : topk_ids) flat.insert(flat.end(), v.begin(), v.end());
       out.write("/logits/topk/indices", flat, {static_cast<std::int64_t>(total_new), spec.output.top_k});

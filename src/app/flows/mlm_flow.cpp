@@ -112,7 +112,7 @@ void finish_mlm(const RunSpec& spec, const MlmData& p, const EncoderTokenizer& t
     std::vector<float> flat;
     flat.reserve(static_cast<std::size_t>(M * vocab));
     for (const auto& row : all_rows) flat.insert(flat.end(), row.begin(), row.end());
-    out.write("/logits/mask_logits", flat, {M, vocab}, /*row_chunk=*/4);
+    out.write_rows("/logits/mask_logits", flat, {M, vocab}, /*row_chunk=*/4);
   } else if (spec.output.logits == LogitsMode::topk) {
     std::vector<float> values;
     std::vector<std::int64_t> indices;

@@ -95,7 +95,7 @@ class PerplexityFlow : public DecoderFlow {
     out.write("/scores/position", positions);
     out.write("/scores/log_prob", log_probs);
     if (spec.output.logits == LogitsMode::full) {
-      out.write("/logits/full", logits, {scored, vocab}, /*row_chunk=*/4);
+      out.write_rows("/logits/full", logits, {scored, vocab}, /*row_chunk=*/4);
     } else if (spec.output.logits == LogitsMode::topk) {
       out.write("/logits/topk/values", topk_logits, {scored, spec.output.top_k});
       out.write("/logits/topk/indices", topk_ids, {scored, spec.output.top_k});

@@ -187,6 +187,54 @@ TEST_F(H5Test, LargeDatasetsAreChunkedAndCompressed) {
   EXPECT_LT(fs::file_size(path), 2u * rows.size() * sizeof(float) / 4);  // compression did something
 }
 
+// Row blocks are whole chunks however small the block asked for: every row comes back as the whole
+// read gives it, in order, backwards and across block ends, for chunked, contiguous and f16 datasets.
+TEST_F(H5Test, RowsReadBlocksOfWholeChunks) {
+  const auto path = (dir_ / "rows.h5").string();
+  const std::int64_t n = 23, cols = 300;
+  std::vector<float> values(static_cast<std::size_t>(n * cols));
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.5f - 7.0f;
+  std::vector<std::int64_t> ids(values.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i) * 3 - 100;
+  std::vector<std::uint16_t> half(static_cast<std::size_t>(n * 4), 0x4000);  // 2.0
+  {
+    H5Writer w(path);
+    w.write("/chunked", values, {n, cols}, /*row_chunk=*/4);
+    w.write("/ids", ids, {n, cols}, 5);
+    w.write("/small", std::vector<float>(values.begin(), values.begin() + 10 * 4), {10, 4});  // contiguous
+    w.write_f16("/half", half, {n, 4}, 3);
+    w.write("/flat", values);
+    w.commit();
+  }
+  H5Reader r(path);
+  const std::size_t one_row = cols * sizeof(float);
+  H5Rows<float> chunked(r, "/chunked", one_row);  // asks for 1 row, gets a whole chunk of 4
+  EXPECT_EQ(chunked.rows(), n);
+  EXPECT_EQ(chunked.cols(), cols);
+  EXPECT_EQ(chunked.block_rows(), 4);
+  H5Rows<float> wide(r, "/chunked", 9 * one_row);  // 9 rows fit: two whole chunks
+  EXPECT_EQ(wide.block_rows(), 8);
+  auto expect_row = [&](H5Rows<float>& rows, std::int64_t i) {
+    const float* got = rows.row(i);
+    for (std::int64_t j = 0; j < cols; ++j) ASSERT_EQ(got[j], values[static_cast<std::size_t>(i * cols + j)]) << i;
+  };
+  for (std::int64_t i = 0; i < n; ++i) expect_row(chunked, i);
+  for (std::int64_t i = n - 1; i >= 0; --i) expect_row(wide, i);
+  H5Rows<std::int64_t> id_rows(r, "/ids", 1);
+  EXPECT_EQ(id_rows.block_rows(), 5);
+  for (std::int64_t i = 0; i < n; i += 2)
+    EXPECT_EQ(id_rows.row(i)[cols - 1], ids[static_cast<std::size_t>(i * cols + cols - 1)]);
+  H5Rows<float> small(r, "/small", 3 * 4 * sizeof(float));
+  EXPECT_EQ(small.block_rows(), 3);
+  EXPECT_EQ(small.row(9)[3], values[39]);
+  H5Rows<float> half_rows(r, "/half", 1);
+  EXPECT_EQ(half_rows.row(n - 1)[0], 2.0f);
+  expect_input_error([&] { chunked.row(n); }, {"/chunked", "row 23", "has 23"});
+  expect_input_error([&] { H5Rows<float>(r, "/flat"); }, {"/flat", "2-D"});
+  expect_input_error([&] { H5Rows<float>(r, "/ids"); }, {"/ids", "integer", "expected float"});
+  expect_input_error([&] { H5Rows<float>(r, "/none"); }, {"/none", "no such dataset"});
+}
+
 TEST_F(H5Test, CommitRenamesTempFile) {
   const auto path = dir_ / "out.h5";
   H5Writer w(path.string());

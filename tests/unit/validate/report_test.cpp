@@ -9,30 +9,35 @@
 
 using namespace evalrun;
 
-TEST(DiffHistogram, BinsLog10ValuesAndCountsZerosApart) {
-  // 1e-6, 1e-5 (twice), 1e-3, two zeros, one NaN: range [-6, -3] in quarter decades
-  const std::vector<double> v = {1e-6, 1e-5, 1e-5, 1e-3, 0.0, 0.0, std::nan("")};
-  const auto h = DiffHistogram::of("t", v, 3);
-  ASSERT_EQ(h.log10_edges.size(), 4u);
-  EXPECT_NEAR(h.log10_edges.front(), -6.0, 1e-12);
-  EXPECT_NEAR(h.log10_edges.back(), -3.0, 1e-12);
-  // bins [-6,-5), [-5,-4), [-4,-3]: 1e-6 | 1e-5 1e-5 | 1e-3 (the last edge is inside the last bin)
-  EXPECT_EQ(h.counts, (std::vector<std::size_t>{1, 2, 1}));
+TEST(DiffHistogram, BinsLog10ValuesIntoEighthsOfADecadeAndCountsZerosApart) {
+  // 1e-6, 1.5e-6, 1e-5 (twice), 1e-3, two zeros, one NaN, one infinity
+  const std::vector<double> v = {1e-6, 1.5e-6, 1e-5, 1e-5, 1e-3, 0.0, 0.0, std::nan(""), INFINITY};
+  const auto h = DiffHistogram::of("t", v);
+  // bins from [-6, -5.875) to [-3, -2.875): 25 of them
+  ASSERT_EQ(h.counts.size(), 25u);
+  ASSERT_EQ(h.log10_edges.size(), 26u);
+  EXPECT_DOUBLE_EQ(h.log10_edges.front(), -6.0);
+  EXPECT_DOUBLE_EQ(h.log10_edges[1], -5.875);
+  EXPECT_DOUBLE_EQ(h.log10_edges.back(), -2.875);
+  EXPECT_EQ(h.counts[0], 1u);   // 1e-6
+  EXPECT_EQ(h.counts[1], 1u);   // log10(1.5e-6) = -5.82
+  EXPECT_EQ(h.counts[8], 2u);   // 1e-5
+  EXPECT_EQ(h.counts[24], 1u);  // 1e-3
   EXPECT_EQ(h.zeros, 2u);
-  EXPECT_EQ(h.non_finite, 1u);
+  EXPECT_EQ(h.non_finite, 2u);
   EXPECT_EQ(h.total(), v.size());
 }
 
 TEST(DiffHistogram, OnlyZerosGiveNoBins) {
-  const auto h = DiffHistogram::of("t", {0.0, 0.0}, 10);
+  const auto h = DiffHistogram::of("t", {0.0, 0.0});
   EXPECT_TRUE(h.counts.empty());
   EXPECT_EQ(h.zeros, 2u);
-  // a single value still gets a bin of a quarter decade
-  const auto one = DiffHistogram::of("t", {0.02}, 4);
-  ASSERT_EQ(one.counts.size(), 4u);
+  // a single value gets one bin of an eighth of a decade around it
+  const auto one = DiffHistogram::of("t", {0.02});
+  ASSERT_EQ(one.counts.size(), 1u);
   EXPECT_EQ(one.total(), 1u);
   EXPECT_LE(one.log10_edges.front(), std::log10(0.02));
-  EXPECT_GE(one.log10_edges.back(), std::log10(0.02));
+  EXPECT_GT(one.log10_edges.back(), std::log10(0.02));
 }
 
 TEST(HtmlReport, EscapesTextFromTheFilesAndInlinesTheLibrary) {
