@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
+#include <fstream>
 #include <numeric>
 
 #include "common/logging.hpp"
@@ -44,12 +47,23 @@ void write_provenance(H5Writer& out, const RunSpec& spec, const Provenance& p) {
   out.set_attr("/", "data_parallel", static_cast<std::int64_t>(p.world_size / spec.parallel.tensor_parallel));
   out.set_attr("/", "threads_per_rank", static_cast<std::int64_t>(p.threads_per_rank));
   out.set_attr("/", "weight_bytes_per_rank", static_cast<std::int64_t>(p.weight_bytes));
-  out.set_attr("/", "peak_rss_bytes_rank0", static_cast<std::int64_t>(p.peak_rss_bytes));
+  const std::size_t rank0 = std::max(p.peak_rss_bytes, peak_rss_bytes());
+  out.set_attr("/", "peak_rss_bytes_rank0", static_cast<std::int64_t>(rank0));
+  out.set_attr("/", "peak_rss_bytes_max", static_cast<std::int64_t>(std::max(rank0, p.peak_rss_bytes_max)));
   out.set_attr("/", "batch_size", static_cast<std::int64_t>(spec.task.batch_size));
   out.set_attr("/", "logits", std::string(to_string(spec.output.logits)));
   out.set_attr("/", "hostname", std::string(host));
   out.set_attr("/", "start_time", p.start_time);
   out.set_attr("/", "end_time", p.end_time);
+}
+
+std::size_t peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return static_cast<std::size_t>(std::strtoull(line.c_str() + 6, nullptr, 10)) * 1024;
+  }
+  return 0;
 }
 
 void write_sample_index(H5Writer& out, const std::vector<std::string>& ids) {

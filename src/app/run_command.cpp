@@ -45,20 +45,6 @@ device::RankPlace rank_place(const MpiWorld& world) {
           world.local_size()};
 }
 
-namespace {
-
-// This process's peak resident set (VmHWM), 0 where /proc is not there.
-std::size_t peak_rss_bytes() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return static_cast<std::size_t>(std::strtoull(line.c_str() + 6, nullptr, 10)) * 1024;
-  }
-  return 0;
-}
-
-}  // namespace
-
 int run_command(const MpiWorld& world, const RunSpec& spec, bool resume) {
   RunTimes times;
   Provenance prov;
@@ -176,6 +162,10 @@ int run_command(const MpiWorld& world, const RunSpec& spec, bool resume) {
   // wall time of the slowest rank, as the job sees it
   for (const auto& s : world.gather(std::to_string(times.inference))) {
     times.inference = std::max(times.inference, std::stod(s));
+  }
+  // every rank's peak after its shard ran (and was sent): what a node must hold per rank
+  for (const auto& s : world.gather(std::to_string(peak_rss_bytes()))) {
+    prov.peak_rss_bytes_max = std::max<std::size_t>(prov.peak_rss_bytes_max, std::stoull(s));
   }
 
   // 4. rank 0 post-processes and writes the file; the journal has served its purpose then.

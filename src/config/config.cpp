@@ -271,8 +271,8 @@ const std::vector<KeySpec>& key_specs() {
       {.section = "output", .key = "path", .kind = Kind::string, .default_note = "results/<run.name>.h5", .allowed_note = "file",
        .help = "HDF5 result file; %j, %A and %a become the Slurm job id, array job id and array task id (\"local\" outside Slurm)",
        .apply = [](RunSpec& r, const Scalar& v) { r.output.path = v.s; }},
-      {.section = "output", .key = "logits", .kind = Kind::enumeration, .choices = {"none", "topk", "full"}, .default_note = "\"full\" (perplexity: \"none\")",
-       .help = "logits stored in the result file: none, the top-k of each row, or every value",
+      {.section = "output", .key = "logits", .kind = Kind::enumeration, .choices = {"none", "topk", "full", "logprobs16"}, .default_note = "\"full\" (perplexity and the task-file tasks: \"none\")",
+       .help = "logits stored in the result file: none, the top-k of each row, every value, or (generate, perplexity) every row's log-probabilities quantized to 16 bits (half of full; error bound in the result-file docs)",
        .apply = [](RunSpec& r, const Scalar& v) { r.output.logits = static_cast<LogitsMode>(v.choice); }},
       {.section = "output", .key = "top_k", .kind = Kind::integer, .min = 1, .max = kIntMax, .default_note = "20",
        .help = "only with logits = \"topk\": values kept per logits row",
@@ -517,10 +517,8 @@ class Loader {
     spec.output.lm_eval_json = expand_job_placeholders(spec.output.lm_eval_json, origin_ + ": output.lm_eval_json");
     spec.output.samples_jsonl = expand_job_placeholders(spec.output.samples_jsonl, origin_ + ": output.samples_jsonl");
     if (spec.model.tokenizer.empty()) spec.model.tokenizer = spec.model.path;
-    // Full logits of every token of a corpus would dwarf the corpus: perplexity stores none unless asked.
-    if (!task_info(spec.task.kind).logits_by_default && !set_keys_.count("output.logits")) {
-      spec.output.logits = LogitsMode::none;
-    }
+    // The task's first logits mode when unset (perplexity: full logits of a corpus would dwarf it).
+    if (!set_keys_.count("output.logits")) spec.output.logits = task_info(spec.task.kind).logits_modes.front();
     spec.config_text = serialise();
     return spec;
   }
@@ -790,6 +788,16 @@ class Loader {
         }
         throw InputError(where(full, v), full + " applies only to task.kind = " + kinds +
                                              " (this run has task.kind = \"" + kind + "\")");
+      }
+    }
+    if (set_keys_.count("output.logits")) {
+      const auto& modes = task_info(spec.task.kind).logits_modes;
+      if (std::find(modes.begin(), modes.end(), spec.output.logits) == modes.end()) {
+        std::string stored;
+        for (auto m : modes) stored += std::string(stored.empty() ? "" : ", ") + "\"" + to_string(m) + "\"";
+        throw InputError(where("output.logits", find_value(*find_spec("output", "logits"))),
+                         std::string("output.logits = \"") + to_string(spec.output.logits) + "\" is not stored by task.kind = \"" +
+                             kind + "\" (it stores " + stored + ")");
       }
     }
     if (set_keys_.count("output.top_k") && spec.output.logits != LogitsMode::topk) {

@@ -36,6 +36,8 @@ const char* to_string(LogitsMode m) {
       return "topk";
     case LogitsMode::full:
       return "full";
+    case LogitsMode::logprobs16:
+      return "logprobs16";
   }
   return "?";
 }

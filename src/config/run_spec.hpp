@@ -7,13 +7,12 @@
 #include <optional>
 #include <string>
 
-#include "task/registry.hpp"  // TaskKind
+#include "task/registry.hpp"  // TaskKind, LogitsMode
 
 namespace evalrun {
 
 enum class DType { fp32, bf16, fp16 };
 enum class Device { cpu, cuda, aiu };
-enum class LogitsMode { none, topk, full };
 
 const char* to_string(DType);
 const char* to_string(Device);

@@ -316,6 +316,12 @@ void H5Writer::write_rows(const std::string& path, const std::vector<float>& dat
   write_dataset(file_, final_path_, path, {H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, 4}, data.data(), data.size(), dims,
                 row_chunk, Storage::raw_chunks);
 }
+void H5Writer::write_rows(const std::string& path, const std::vector<std::uint16_t>& data,
+                          std::vector<std::int64_t> dims, std::int64_t row_chunk) {
+  require_open(file_, final_path_);
+  write_dataset(file_, final_path_, path, {H5T_NATIVE_UINT16, H5T_STD_U16LE, 2}, data.data(), data.size(), dims,
+                row_chunk, Storage::raw_chunks);
+}
 void H5Writer::write(const std::string& path, const std::vector<double>& data, std::vector<std::int64_t> dims,
                      std::int64_t row_chunk) {
   require_open(file_, final_path_);
@@ -650,6 +656,11 @@ struct RowType<std::int64_t> {
   static hid_t mem() { return H5T_NATIVE_INT64; }
   static constexpr H5T_class_t kClass = H5T_INTEGER;
 };
+template <>
+struct RowType<std::uint16_t> {
+  static hid_t mem() { return H5T_NATIVE_UINT16; }
+  static constexpr H5T_class_t kClass = H5T_INTEGER;
+};
 
 }  // namespace
 
@@ -711,6 +722,7 @@ const T* H5Rows<T>::row(std::int64_t r) {
 
 template class H5Rows<float>;
 template class H5Rows<std::int64_t>;
+template class H5Rows<std::uint16_t>;
 
 namespace {
 

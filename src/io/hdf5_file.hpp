@@ -32,6 +32,8 @@ class H5Writer {
   // about 15% of a vocabulary's logits) and inflating them was most of `evalrun compare`'s time.
   void write_rows(const std::string& path, const std::vector<float>& data, std::vector<std::int64_t> dims,
                   std::int64_t row_chunk = 0);
+  void write_rows(const std::string& path, const std::vector<std::uint16_t>& data, std::vector<std::int64_t> dims,
+                  std::int64_t row_chunk = 0);
   void write(const std::string& path, const std::vector<double>& data, std::vector<std::int64_t> dims = {},
              std::int64_t row_chunk = 0);
   void write(const std::string& path, const std::vector<std::int64_t>& data, std::vector<std::int64_t> dims = {},
@@ -114,7 +116,7 @@ class H5Reader {
 
 // The rows of a 2-D numeric dataset, read a block of whole chunks at a time, so that a dataset larger
 // than memory (every vocabulary logit of a long run) is read once, in order, holding about
-// `block_bytes`. T is float or std::int64_t (converted by HDF5 as read_f32 / read_i64 do).
+// `block_bytes`. T is float, std::int64_t or std::uint16_t (converted by HDF5 as read_f32 / read_i64 do).
 template <typename T>
 class H5Rows {
  public:

@@ -25,9 +25,12 @@ std::int64_t argmax_row(const float* row, std::int64_t vocab) {
   return best;
 }
 
-void keep_step_logits(GenerationResult& out, const float* row, std::int64_t vocab, int keep) {
-  if (keep == -1) {
+// `fed`: the token this step's row chose or was forced to.
+void keep_step_logits(GenerationResult& out, const float* row, std::int64_t vocab, int keep, std::int64_t fed) {
+  if (keep == kKeepFullLogits) {
     out.step_logits.insert(out.step_logits.end(), row, row + vocab);
+  } else if (keep == kKeepLogProbs16) {
+    out.logprobs16.append(row, vocab, fed);
   } else if (keep > 0) {
     const MaskTopK top = top_k_of_row(row, vocab, keep);
     out.topk_ids.insert(out.topk_ids.end(), top.ids.begin(), top.ids.end());
@@ -41,7 +44,8 @@ void check_options(const GenerationOptions& o) {
   if (o.max_prompt_length < 0) throw InputError("generation: max_prompt_length", "must be >= 0");
   if (o.min_pad_length < 0) throw InputError("generation: min_pad_length", "must be >= 0");
   if (o.fixed_prompt_length < 0) throw InputError("generation: fixed_prompt_length", "must be >= 0");
-  if (o.keep_logits < -1) throw InputError("generation: keep_logits", "must be -1 (full), 0 (none) or k > 0 (top-k)");
+  if (o.keep_logits < kKeepLogProbs16)
+    throw InputError("generation: keep_logits", "must be kKeepFullLogits, kKeepLogProbs16, 0 (none) or k > 0 (top-k)");
 }
 
 }  // namespace
@@ -193,7 +197,7 @@ std::vector<GenerationResult> run_generation(CausalLM& model, const std::vector<
         auto& out = results[members[r]];
         out.generated_ids.push_back(fed);
         out.own_ids.push_back(chosen[r]);
-        keep_step_logits(out, logits.data() + r * vocab, vocab, options.keep_logits);
+        keep_step_logits(out, logits.data() + r * vocab, vocab, options.keep_logits, fed);
         const bool last = step + 1 == row_steps[r];
         if (forced) {
           // No early stop: the reference's length decides; a stop id at its end is reported.

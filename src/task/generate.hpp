@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "dist/serialize.hpp"
+#include "io/logprobs16.hpp"
 #include "io/prompts.hpp"
 #include "task/batch_done.hpp"
 #include "tokenizer/decoder_tokenizer.hpp"
@@ -43,8 +44,8 @@ struct GenerationOptions {
   // id does. A function of the row's own ids only, so rows stop where they would alone. Unset = none.
   std::function<bool(const std::vector<std::int64_t>& generated)> stop_when;
   int batch_size = 1;
-  // Logits kept per generated token: 0 none, -1 the full vocabulary row, k > 0 the k largest
-  // (values + ids, ties: lower id first).
+  // Logits kept per generated token: 0 none, kKeepFullLogits the full vocabulary row, k > 0 the k
+  // largest (values + ids, ties: lower id first), kKeepLogProbs16 the row's 16-bit log-probabilities.
   int keep_logits = 0;
   // Called after each batch with (items done, items total, seconds spent in the model so far).
   std::function<void(std::size_t, std::size_t, double)> progress;
@@ -125,6 +126,7 @@ struct GenerationResult {
   std::vector<float> step_logits;           // keep_logits -1: [generated_ids.size(), vocab]
   std::vector<std::int64_t> topk_ids;       // keep_logits k > 0: [generated_ids.size(), k]
   std::vector<float> topk_logits;           //   same layout
+  LogProbRows16 logprobs16;                 // kKeepLogProbs16: a row per generated token
   // Timing of the item's batch (every row of a batch shares it):
   double prefill_seconds = 0.0;             // the forward pass over the padded prompts
   // One entry per generated token: [0] = prefill_seconds (time to the first token), [s] = the decode
@@ -142,6 +144,7 @@ struct GenerationResult {
     w.put_vector(step_logits);
     w.put_vector(topk_ids);
     w.put_vector(topk_logits);
+    logprobs16.put(w);
     w.put<double>(prefill_seconds);
     w.put_vector(step_seconds);
     w.put<std::int64_t>(batch_rows);
@@ -156,6 +159,7 @@ struct GenerationResult {
     g.step_logits = r.get_vector<float>();
     g.topk_ids = r.get_vector<std::int64_t>();
     g.topk_logits = r.get_vector<float>();
+    g.logprobs16 = LogProbRows16::get(r);
     g.prefill_seconds = r.get<double>();
     g.step_seconds = r.get_vector<double>();
     g.batch_rows = r.get<std::int64_t>();

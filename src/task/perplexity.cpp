@@ -38,7 +38,8 @@ std::vector<WindowScores> score_perplexity_windows(CausalLM& model, const std::v
                                                    const PerplexityOptions& options,
                                                    const BatchDone<WindowScores>& batch_done) {
   if (options.batch_size < 1) throw InputError("perplexity: batch_size", "must be at least 1");
-  if (options.keep_logits < -1) throw InputError("perplexity: keep_logits", "must be -1, 0 or k > 0");
+  if (options.keep_logits < kKeepLogProbs16)
+    throw InputError("perplexity: keep_logits", "must be kKeepFullLogits, kKeepLogProbs16, 0 or k > 0");
   const std::int64_t vocab = model.vocab_size();
   const auto n = static_cast<std::int64_t>(tokens.size());
   for (const auto& w : windows) {
@@ -107,8 +108,10 @@ std::vector<WindowScores> score_perplexity_windows(CausalLM& model, const std::v
         const double lse = static_cast<double>(mx) + std::log(sum);
         s.positions.push_back(p);
         s.log_probs.push_back(static_cast<double>(row[tokens[static_cast<std::size_t>(p)]]) - lse);
-        if (options.keep_logits == -1) {
+        if (options.keep_logits == kKeepFullLogits) {
           s.logits.insert(s.logits.end(), row, row + vocab);
+        } else if (options.keep_logits == kKeepLogProbs16) {
+          s.logprobs16.append(row, vocab, tokens[static_cast<std::size_t>(p)]);
         } else if (options.keep_logits > 0) {
           const MaskTopK top = top_k_of_row(row, vocab, options.keep_logits);
           s.topk_ids.insert(s.topk_ids.end(), top.ids.begin(), top.ids.end());

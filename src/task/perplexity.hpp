@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "dist/serialize.hpp"
+#include "io/logprobs16.hpp"
 #include "task/batch_done.hpp"
 
 namespace evalrun {
@@ -33,7 +34,9 @@ struct PerplexityOptions {
   int context_length = 0;  // tokens per window (>= 2); e.g. the model's max_position_embeddings
   int stride = 0;          // 0 = context_length; 1 <= stride <= context_length
   int batch_size = 1;      // windows of equal length run together (fresh cache per batch)
-  int keep_logits = 0;     // per scored token: 0 none, -1 the full row that predicted it, k > 0 top-k
+  // per scored token: 0 none, kKeepFullLogits the full row that predicted it, k > 0 top-k,
+  // kKeepLogProbs16 that row's 16-bit log-probabilities
+  int keep_logits = 0;
   // Called after each batch with (windows done, windows total, seconds spent in the model so far).
   std::function<void(std::size_t, std::size_t, double)> progress;
 };
@@ -89,6 +92,7 @@ struct WindowScores {
   std::vector<float> logits;            // keep_logits -1: [positions.size(), vocab]
   std::vector<std::int64_t> topk_ids;   // keep_logits k > 0: [positions.size(), k], ties lower id first
   std::vector<float> topk_logits;
+  LogProbRows16 logprobs16;             // kKeepLogProbs16: a row per scored token
   double seconds = 0.0;                 // this window's share of its batch's model time
 
   // The record a rank journals and sends to rank 0; the index travels beside it, not in it.
@@ -99,6 +103,7 @@ struct WindowScores {
     w.put_vector(logits);
     w.put_vector(topk_ids);
     w.put_vector(topk_logits);
+    logprobs16.put(w);
     w.put<double>(seconds);
   }
   static WindowScores read(ByteReader& r) {
@@ -109,6 +114,7 @@ struct WindowScores {
     s.logits = r.get_vector<float>();
     s.topk_ids = r.get_vector<std::int64_t>();
     s.topk_logits = r.get_vector<float>();
+    s.logprobs16 = LogProbRows16::get(r);
     s.seconds = r.get<double>();
     return s;
   }

@@ -29,6 +29,10 @@ enum class ModelRole { encoder, decoder };
 // (the task file is required and task.dataset optional, the task file naming its own).
 enum class TaskFileUse { none, optional, required };
 
+// output.logits: what a run stores of its logits rows (none, the top-k, every value, or the
+// log-probabilities quantized to 16 bits: io/logprobs16.hpp). Rows list which a task stores.
+enum class LogitsMode { none, topk, full, logprobs16 };
+
 struct TaskInfo {
   TaskKind kind;
   const char* name;     // task.kind value; the result file's root attribute "task"
@@ -38,8 +42,8 @@ struct TaskInfo {
   // applies to every task (config.cpp checks that every per-task key is named by some row).
   std::vector<std::string> keys;
   const char* thresholds_section;  // [section] of an `evalrun compare` thresholds file
-  // output.logits when the config does not set it: true = "full", false = "none".
-  bool logits_by_default = true;
+  // The output.logits values this task stores; the first is the default, the others are refused.
+  std::vector<LogitsMode> logits_modes = {LogitsMode::full, LogitsMode::topk, LogitsMode::none};
   // aiu.compile_dynamic = "static" compiles every input shape once: the option that keeps this task's
   // shapes few ("" = none: its shapes are few anyway or cannot be fixed), and whether the run sets it.
   const char* fixed_shape_option = "";

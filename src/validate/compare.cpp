@@ -11,6 +11,7 @@
 #include "common/errors.hpp"
 #include "io/hdf5_file.hpp"
 #include "io/hdf5_probe.hpp"
+#include "io/logprobs16.hpp"
 #include "task/registry.hpp"
 #include "validate/divergence.hpp"
 #include "validate/paired.hpp"
@@ -165,14 +166,37 @@ void require_same_inputs(const H5Reader& ref, const H5Reader& cand, const std::s
 
 // --- logits -----------------------------------------------------------------------------------------
 
-// Logits rows as stored: whole rows [S, V] or top-k [S, k] with their ids, read a block of rows at a
-// time (H5Rows) so that compare holds a bounded slab of each file, not its logits.
+// Logits rows as stored: whole rows [S, V] (float logits, or 16-bit log-probabilities decoded:
+// io/logprobs16.hpp; softmax and KL do not see the difference, a log-softmax being shifted logits) or
+// top-k [S, k] with their ids, read a block of rows at a time (H5Rows) so that compare holds a bounded
+// slab of each file, not its logits.
 struct LogitRows {
-  bool full = false;
+  bool full = false;  // a value per vocabulary entry
   std::int64_t rows = 0, cols = 0;
   std::unique_ptr<H5Rows<float>> values;
   std::unique_ptr<H5Rows<std::int64_t>> ids;  // top-k only
+  std::unique_ptr<H5Rows<std::uint16_t>> q16;  // logprobs16 only, with:
+  std::vector<float> scale, min_log_prob;
+  std::vector<std::int64_t> top_id;
+  std::vector<float> decoded;
+  std::int64_t decoded_row = -1;
   bool present() const { return rows > 0 && cols > 0; }
+  bool quantized() const { return q16 != nullptr; }
+  // The largest error of a stored log-prob (scale / 2 of the widest row).
+  double max_quantization_error() const {
+    return scale.empty() ? 0.0 : *std::max_element(scale.begin(), scale.end()) / 2.0;
+  }
+
+  const float* row_values(std::int64_t row) {
+    if (!q16) return values->row(row);
+    if (row != decoded_row) {
+      decoded.resize(static_cast<std::size_t>(cols));
+      decode_log_probs16(q16->row(row), cols, scale[static_cast<std::size_t>(row)],
+                         min_log_prob[static_cast<std::size_t>(row)], decoded.data());
+      decoded_row = row;
+    }
+    return decoded.data();
+  }
 
   // (id, logit) of the best min(k, available) entries, best first (ties: the smaller id). One pass
   // keeping the best k in order: a full row has a whole vocabulary of entries and k is small.
@@ -184,7 +208,7 @@ struct LogitRows {
     std::vector<Entry> out;
     if (k == 0) return out;
     out.reserve(k + 1);
-    const float* v = values->row(row);
+    const float* v = row_values(row);
     const std::int64_t* id_row = full ? nullptr : ids->row(row);
     float bar = -std::numeric_limits<float>::infinity();  // once k are kept: the k-th best logit
     for (std::int64_t j = 0; j < cols; ++j) {
@@ -199,14 +223,16 @@ struct LogitRows {
     return out;
   }
   std::optional<float> at(std::int64_t row, std::int64_t id) {
-    const float* v = values->row(row);
+    const float* v = row_values(row);
     if (full) return id >= 0 && id < cols ? std::optional<float>(v[id]) : std::nullopt;
     const std::int64_t* id_row = ids->row(row);
     for (std::int64_t j = 0; j < cols; ++j)
       if (id_row[j] == id && std::isfinite(v[j])) return v[j];
     return std::nullopt;
   }
+  // The best id; a logprobs16 file stores the exact one (16-bit rounding can tie near-equal logits).
   std::int64_t argmax(std::int64_t row) {
+    if (q16) return top_id[static_cast<std::size_t>(row)];
     auto t = top(row, 1);
     return t.empty() ? -1 : t[0].first;
   }
@@ -214,9 +240,23 @@ struct LogitRows {
 
 LogitRows load_logits(const H5Reader& f, const std::string& full_path, const std::string& topk_group) {
   LogitRows l;
+  const std::string q = kLogProbs16Group;
   if (f.exists(full_path)) {
     l.full = true;
     l.values = std::make_unique<H5Rows<float>>(f, full_path);
+  } else if (f.exists(q + "/values")) {
+    l.full = true;
+    l.q16 = std::make_unique<H5Rows<std::uint16_t>>(f, q + "/values");
+    l.scale = f.read_f32(q + "/scale");
+    l.min_log_prob = f.read_f32(q + "/min_log_prob");
+    l.top_id = f.read_i64(q + "/top_id");
+    const auto n = static_cast<std::size_t>(l.q16->rows());
+    if (l.scale.size() != n || l.min_log_prob.size() != n || l.top_id.size() != n)
+      throw InputError(f.path() + ": " + q, "scale, min_log_prob and top_id must hold one entry per row of values (" +
+                                                std::to_string(n) + ")");
+    l.rows = l.q16->rows();
+    l.cols = l.q16->cols();
+    return l;
   } else if (f.exists(topk_group + "/values") && f.exists(topk_group + "/indices")) {
     l.values = std::make_unique<H5Rows<float>>(f, topk_group + "/values");
     l.ids = std::make_unique<H5Rows<std::int64_t>>(f, topk_group + "/indices");
@@ -228,6 +268,16 @@ LogitRows load_logits(const H5Reader& f, const std::string& full_path, const std
   l.rows = l.values->rows();
   l.cols = l.values->cols();
   return l;
+}
+
+// Says which files store 16-bit log-probabilities and how far from exact they may be.
+void note_quantized(Builder& b, const LogitRows& ref, const LogitRows& cand) {
+  for (const auto* l : {&ref, &cand}) {
+    if (!l->quantized()) continue;
+    b.note(std::string(l == &ref ? "the reference" : "the candidate") +
+           " stores 16-bit log-probabilities (output.logits = \"logprobs16\"): each within " +
+           fmt(l->max_quantization_error()) + " of the exact value; top-1 from the exact argmax stored beside them");
+  }
 }
 
 // Reference top-k ids of `row` and both files' logits at the ids present in both (top-k candidates may
@@ -351,6 +401,7 @@ void compare_generate(const H5Reader& ref, const H5Reader& cand, const std::vect
   b.note("level 1 over the reference's top-" + std::to_string(std::min<std::int64_t>(kTopK, la.cols)) +
          " ids of each step, softmax over those ids in each file; steps are compared up to and including the first "
          "divergence only (later steps saw different contexts; comparing them needs teacher forcing)");
+  note_quantized(b, la, lb);
   if (!lb.full)
     b.note("the candidate stores top-" + std::to_string(lb.cols) +
            " logits: only reference top-k ids also present in the candidate's top-k are compared");
@@ -560,8 +611,8 @@ void compare_perplexity(const H5Reader& ref, const H5Reader& cand, const std::ve
     for (std::size_t i = 0; i < pos.size(); ++i) {
       const auto row = static_cast<std::int64_t>(i);
       if (both_full) {
-        const float* ra = la.values->row(row);
-        const float* rb = lb.values->row(row);
+        const float* ra = la.row_values(row);
+        const float* rb = lb.row_values(row);
         r.assign(ra, ra + la.cols);
         c.assign(rb, rb + lb.cols);
         kl[i] = token_divergence(r, c).kl;
@@ -580,6 +631,7 @@ void compare_perplexity(const H5Reader& ref, const H5Reader& cand, const std::ve
     b.check("kl_p99", percentile(kl, 99), "kl_p99");
     b.check("top1_agreement", pos.empty() ? 1.0 : static_cast<double>(agree) / static_cast<double>(pos.size()),
             "top1_agreement_min");
+    note_quantized(b, la, lb);
     if (!both_full)
       b.note("KL is over the shared top-k ids only (softmax over the ids both files store), not the whole vocabulary");
   } else {

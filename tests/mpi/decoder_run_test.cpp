@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "io/hdf5_file.hpp"
+#include "io/logprobs16.hpp"
 #include "process_util.hpp"
 #include "test_util.hpp"
 
@@ -78,6 +79,13 @@ TEST_F(DecoderRun, LlamaGenerationIndependentOfRanksBatchAndPadding) {
   EXPECT_EQ(a.attr_string("/", "task"), "generate");
   EXPECT_EQ(a.shape("/logits/step_logits")[1], 1000);
   EXPECT_EQ(a.shape("/timing/first_token_seconds")[0], 5);
+  // peak resident sets: rank 0's and the largest of the 4 ranks' (a process of this binary holds more
+  // than 50 MB: the libraries alone)
+  H5Reader four(dir_ / "l-n4-b8.h5");
+  const auto rank0 = four.attr_int("/", "peak_rss_bytes_rank0"), most = four.attr_int("/", "peak_rss_bytes_max");
+  EXPECT_GT(rank0, 50'000'000);
+  EXPECT_GE(most, rank0);
+  EXPECT_LT(most, 4 * rank0);
 }
 
 TEST_F(DecoderRun, GraniteGenerationIndependentOfRanksAndBatch) {
@@ -146,4 +154,97 @@ TEST_F(DecoderRun, EncoderCheckpointForDecoderTaskIsRefused) {
   auto r = run_process(kBin + " " + (dir_ / "tiny-llama.toml").string() + " --set model.path=" + (dir_ / "enc").string());
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("config.json"), std::string::npos) << r.output;
+}
+
+namespace {
+
+// Row r of a [rows, vocab] logits dataset as exact log-probabilities (double).
+std::vector<double> log_softmax_row(const std::vector<float>& logits, std::size_t r, std::size_t vocab) {
+  const float* row = logits.data() + r * vocab;
+  const double mx = *std::max_element(row, row + vocab);
+  double sum = 0;
+  for (std::size_t j = 0; j < vocab; ++j) sum += std::exp(static_cast<double>(row[j]) - mx);
+  std::vector<double> out(vocab);
+  for (std::size_t j = 0; j < vocab; ++j) out[j] = static_cast<double>(row[j]) - mx - std::log(sum);
+  return out;
+}
+
+// The logprobs16 group of `q16` against the float logits `full_path` of `full` (same rows):
+// every decoded log-prob within scale / 2 (+ `tol` for runs that differ in float rounding), the
+// exact argmax and the fed / scored token's log-prob beside them.
+void expect_logprobs16_of(const std::string& full, const std::string& full_path, const std::string& q16,
+                          const std::vector<std::int64_t>& tokens, double tol) {
+  H5Reader a(full), b(q16);
+  const auto logits = a.read_f32(full_path);
+  const auto shape = a.shape(full_path);
+  const auto rows = static_cast<std::size_t>(shape[0]), vocab = static_cast<std::size_t>(shape[1]);
+  EXPECT_FALSE(b.exists(full_path)) << q16;
+  H5Rows<std::uint16_t> q(b, "/logits/logprobs16/values");
+  ASSERT_EQ(q.rows(), shape[0]);
+  ASSERT_EQ(q.cols(), shape[1]);
+  const auto scale = b.read_f32("/logits/logprobs16/scale"), lo = b.read_f32("/logits/logprobs16/min_log_prob");
+  const auto top = b.read_i64("/logits/logprobs16/top_id");
+  const auto tlp = b.read_f64("/logits/logprobs16/token_log_prob");
+  ASSERT_EQ(tokens.size(), rows);
+  std::vector<float> decoded(vocab);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const auto exact = log_softmax_row(logits, r, vocab);
+    decode_log_probs16(q.row(static_cast<std::int64_t>(r)), shape[1], scale[r], lo[r], decoded.data());
+    double worst = 0;
+    for (std::size_t j = 0; j < vocab; ++j) worst = std::max(worst, std::fabs(decoded[j] - exact[j]));
+    EXPECT_LE(worst, scale[r] / 2.0 + 1e-5 + tol) << q16 << " row " << r;
+    const float* row = logits.data() + r * vocab;
+    if (tol == 0) {
+      EXPECT_EQ(top[r], std::max_element(row, row + vocab) - row) << q16 << " row " << r;
+    }
+    EXPECT_NEAR(tlp[r], exact[static_cast<std::size_t>(tokens[r])], 1e-6 + tol) << q16 << " row " << r;
+  }
+}
+
+}  // namespace
+
+// output.logits = "logprobs16" stores what the float logits say, at half their bytes, on any rank
+// count and batch size; compare reads it beside float logits and finds them equal.
+TEST_F(DecoderRun, LogProbs16HoldTheFloatLogitsWithinTheBoundOnAnyRanksAndBatch) {
+  const auto full = run("tiny-llama.toml", 1, "q-full.h5", "--set task.batch_size=1");
+  const auto q1 = run("tiny-llama.toml", 1, "q-n1.h5", "--set task.batch_size=1 --set output.logits=logprobs16");
+  const auto q2 = run("tiny-llama.toml", 2, "q-n2-b3.h5", "--set task.batch_size=3 --set output.logits=logprobs16");
+  const auto fed = H5Reader(full).read_i64("/generated/ids/values");
+  for (const auto& path : {q1, q2}) {
+    H5Reader b(path);
+    EXPECT_EQ(b.read_i64("/generated/ids/values"), fed) << path;
+    EXPECT_EQ(b.read_u64("/logits/step_offsets"), H5Reader(full).read_u64("/logits/step_offsets")) << path;
+  }
+  expect_logprobs16_of(full, "/logits/step_logits", q1, fed, 0);
+  expect_logprobs16_of(full, "/logits/step_logits", q2, fed, 1e-5);
+  EXPECT_EQ(H5Reader(q1).read_i64("/logits/logprobs16/top_id"), H5Reader(q2).read_i64("/logits/logprobs16/top_id"));
+  EXPECT_LT(fs::file_size(q1), fs::file_size(full) * 6 / 10);
+
+  for (const auto& [ref, cand] : {std::pair{full, q1}, std::pair{q1, q2}}) {
+    const auto r = run_process(kBin + " compare " + ref + " " + cand + " --json " + quote(cand + ".json"));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("stores 16-bit log-probabilities"), std::string::npos) << r.output;
+    std::ifstream in(cand + ".json");
+    const std::string report{std::istreambuf_iterator<char>(in), {}};
+    EXPECT_NE(report.find("\"ce_excess_max\""), std::string::npos) << report;
+  }
+
+  // perplexity: one row per scored token, its exact log-prob equal to /scores/log_prob
+  std::ofstream(dir_ / "ppl-plain.toml") << "[run]\nname = \"ppl\"\nthreads = 1\n[model]\npath = \""
+                                           << (dir_ / "tiny-llama").string() << "\"\n[task]\nkind = \"perplexity\"\n"
+                                           << "dataset = \"" << (dir_ / "corpus.txt").string()
+                                           << "\"\ncontext_length = 48\nstride = 20\n";
+  const auto pfull = run("ppl-plain.toml", 1, "qp-full.h5", "--set task.batch_size=1 --set output.logits=full");
+  const auto pq = run("ppl-plain.toml", 3, "qp-n3.h5", "--set task.batch_size=2 --set output.logits=logprobs16");
+  H5Reader pa(pfull);
+  std::vector<std::int64_t> scored;
+  const auto ids = pa.read_i64("/tokens/ids");
+  for (auto p : pa.read_i64("/scores/position")) scored.push_back(ids[static_cast<std::size_t>(p)]);
+  expect_logprobs16_of(pfull, "/logits/full", pq, scored, 1e-5);
+  const auto lp = H5Reader(pq).read_f64("/logits/logprobs16/token_log_prob"), exact = pa.read_f64("/scores/log_prob");
+  ASSERT_EQ(lp.size(), exact.size());
+  for (std::size_t i = 0; i < lp.size(); ++i) EXPECT_NEAR(lp[i], exact[i], 1e-5) << i;
+  const auto r = run_process(kBin + " compare " + pfull + " " + pq);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("kl_mean"), std::string::npos) << r.output;
 }

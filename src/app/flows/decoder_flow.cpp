@@ -4,17 +4,11 @@
 #include "common/errors.hpp"
 #include "common/logging.hpp"
 #include "dist/serialize.hpp"
+#include "io/logprobs16.hpp"
 #include "io/text_file.hpp"
 #include "task/lm_eval_stats.hpp"
 
 namespace evalrun {
-
-void refuse_logits(const RunSpec& spec) {
-  if (spec.output.logits != LogitsMode::none) {
-    throw InputError(spec.config_path + ": output.logits", std::string("the ") + to_string(spec.task.kind) +
-                                                               " task stores no logits (not yet): leave output.logits unset or \"none\"");
-  }
-}
 
 TaskFile task_file_for(const RunSpec& spec) {
   TaskFile task = read_task_file(spec.task.task_file);
@@ -100,7 +94,9 @@ int keep_logits(const RunSpec& spec) {
     case LogitsMode::topk:
       return spec.output.top_k;
     case LogitsMode::full:
-      return -1;
+      return kKeepFullLogits;
+    case LogitsMode::logprobs16:
+      return kKeepLogProbs16;
   }
   return 0;
 }

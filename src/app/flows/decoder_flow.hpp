@@ -51,8 +51,6 @@ int keep_logits(const RunSpec& spec);
 // InputError naming the model when an id is outside its vocabulary; `what` names the ids.
 void check_ids_in_vocab(const std::vector<std::int64_t>& ids, std::int64_t vocab, const std::string& model_path,
                         const std::string& what);
-// InputError naming output.logits unless it is "none": for the tasks that store no logits (yet).
-void refuse_logits(const RunSpec& spec);
 
 // The tasks that read a benchmark task file (multiple_choice, generate_until): the run's task file,
 // whose output_type must be the run's task.kind (InputError naming both otherwise) ...

@@ -118,6 +118,8 @@ class GenerateFlow : public DecoderFlow {
       throw std::runtime_error("the logits are not one row of the vocabulary per generated token");
     }
     if (g.topk_ids.size() != g.topk_logits.size()) throw std::runtime_error("top-k ids and logits differ in number");
+    if (g.logprobs16.rows() != 0 && (g.logprobs16.rows() != n || !g.logprobs16.consistent(g.vocab)))
+      throw std::runtime_error("the 16-bit log-probabilities are not one row of the vocabulary per generated token");
   }
 
   void finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
@@ -133,6 +135,7 @@ class GenerateFlow : public DecoderFlow {
     std::vector<std::vector<double>> step_seconds;
     std::vector<std::vector<float>> full_rows, topk_values;
     std::vector<std::vector<std::int64_t>> topk_ids;
+    LogProbRows16 logprobs16;
     std::size_t total_new = 0, total_prompt = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const auto& g = res[i];
@@ -161,6 +164,7 @@ class GenerateFlow : public DecoderFlow {
       full_rows.push_back(g.step_logits);
       topk_values.push_back(g.topk_logits);
       topk_ids.push_back(g.topk_ids);
+      logprobs16.append(g.logprobs16);
     }
     for (double s : item_seconds) times.model_total += s;
 
@@ -190,6 +194,8 @@ class GenerateFlow : public DecoderFlow {
       std::vector<std::int64_t> flat;
       for (const auto& v : topk_ids) flat.insert(flat.end(), v.begin(), v.end());
       out.write("/logits/topk/indices", flat, {static_cast<std::int64_t>(total_new), spec.output.top_k});
+    } else if (spec.output.logits == LogitsMode::logprobs16) {
+      logprobs16.write(out, vocab);
     }
     if (spec.output.logits != LogitsMode::none) {
       // rows of sample i are [step_offsets[i], step_offsets[i+1]) in the logits datasets

@@ -149,7 +149,6 @@ class GenerateUntilFlow : public DecoderFlow {
  protected:
   PreparedWork prepare_task(const RunSpec& spec, int ranks, const std::set<std::uint64_t>& skip,
                             std::string& everything) override {
-    refuse_logits(spec);
     task_ = task_file_for(spec);
     scoring_ = generation_scoring(task_);
     stop_ = {scoring_.until, task_.max_gen_toks};

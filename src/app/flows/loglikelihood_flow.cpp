@@ -190,7 +190,6 @@ class LoglikelihoodFlow : public DecoderFlow {
  protected:
   PreparedWork prepare_task(const RunSpec& spec, int ranks, const std::set<std::uint64_t>& skip,
                             std::string& everything) override {
-    refuse_logits(spec);
     const auto max_samples = static_cast<std::size_t>(spec.task.max_samples);
     if (!spec.task.task_file.empty()) {
       task_ = task_file_for(spec);

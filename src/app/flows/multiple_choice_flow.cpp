@@ -151,7 +151,6 @@ class MultipleChoiceFlow : public DecoderFlow {
  protected:
   PreparedWork prepare_task(const RunSpec& spec, int ranks, const std::set<std::uint64_t>& skip,
                             std::string& everything) override {
-    refuse_logits(spec);
     task_ = task_file_for(spec);
     docs_ = task_documents(spec, task_, 0);
     n_original_ = docs_.size();

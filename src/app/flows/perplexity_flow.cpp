@@ -54,6 +54,8 @@ class PerplexityFlow : public DecoderFlow {
                                std::to_string(w.end - 1) + " of window " + std::to_string(index));
     }
     if (s.topk_ids.size() != s.topk_logits.size()) throw std::runtime_error("top-k ids and logits differ in number");
+    if (s.logprobs16.rows() != 0 && (s.logprobs16.rows() != scored || !s.logprobs16.consistent(s.vocab)))
+      throw std::runtime_error("the 16-bit log-probabilities are not one row of the vocabulary per scored token");
   }
 
   void finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
@@ -64,6 +66,7 @@ class PerplexityFlow : public DecoderFlow {
     std::vector<std::int64_t> positions, topk_ids;
     std::vector<double> log_probs, item_seconds;
     std::vector<float> logits, topk_logits;
+    LogProbRows16 logprobs16;
     std::int64_t vocab = 0;
     for (const auto& s : by_window) {
       positions.insert(positions.end(), s.positions.begin(), s.positions.end());
@@ -71,6 +74,7 @@ class PerplexityFlow : public DecoderFlow {
       logits.insert(logits.end(), s.logits.begin(), s.logits.end());
       topk_ids.insert(topk_ids.end(), s.topk_ids.begin(), s.topk_ids.end());
       topk_logits.insert(topk_logits.end(), s.topk_logits.begin(), s.topk_logits.end());
+      logprobs16.append(s.logprobs16);
       item_seconds.push_back(s.seconds);
       if (s.vocab > 0) vocab = s.vocab;
     }
@@ -99,6 +103,8 @@ class PerplexityFlow : public DecoderFlow {
     } else if (spec.output.logits == LogitsMode::topk) {
       out.write("/logits/topk/values", topk_logits, {scored, spec.output.top_k});
       out.write("/logits/topk/indices", topk_ids, {scored, spec.output.top_k});
+    } else if (spec.output.logits == LogitsMode::logprobs16) {
+      logprobs16.write(out, vocab);
     }
     out.create_group("/metrics");
     out.set_attr("/metrics", "perplexity", sum.perplexity);

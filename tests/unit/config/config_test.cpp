@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <filesystem>
@@ -298,7 +299,28 @@ TEST(ConfigTasks, KindValuesAndApplicabilityComeFromTheRegistry) {
                                          (t.task_file == TaskFileUse::required ? "task_file = \"t\"\n" : ""),
                                      "cfg.toml");
     EXPECT_EQ(s.task.kind, t.kind);
-    EXPECT_EQ(s.output.logits, t.logits_by_default ? LogitsMode::full : LogitsMode::none) << t.name;
+    EXPECT_EQ(s.output.logits, t.logits_modes.front()) << t.name;
+    // every other output.logits value is refused naming the key, its line and what the task stores
+    for (const char* mode : {"none", "topk", "full", "logprobs16"}) {
+      const bool stored = std::any_of(t.logits_modes.begin(), t.logits_modes.end(),
+                                      [&](LogitsMode m) { return std::string(to_string(m)) == mode; });
+      const std::string cfg = "[run]\nname = \"r\"\n[model]\npath = \"m\"\n[task]\nkind = \"" + std::string(t.name) +
+                              "\"\ndataset = \"d\"\n" +
+                              (t.task_file == TaskFileUse::required ? "task_file = \"t\"\n" : "") +
+                              "[output]\nlogits = \"" + mode + "\"\n";
+      if (stored) {
+        EXPECT_EQ(to_string(parse_run_spec(cfg, "cfg.toml").output.logits), std::string(mode)) << t.name;
+        continue;
+      }
+      try {
+        parse_run_spec(cfg, "cfg.toml");
+        ADD_FAILURE() << t.name << " accepted output.logits = " << mode;
+      } catch (const InputError& e) {
+        const std::string m = e.what();
+        EXPECT_HAS(m, "cfg.toml:");
+        EXPECT_HAS(m, std::string("output.logits = \"") + mode + "\" is not stored by task.kind = \"" + t.name + "\"");
+      }
+    }
   }
 }
 
@@ -488,7 +510,7 @@ TEST(ConfigEnum, TaskKindAndLogits) {
   EXPECT_HAS(m, "task.kind: 'summarize' is not allowed; allowed values: qa, mlm, generate, perplexity, loglikelihood");
   m = error_of(kQa + "[output]\nlogits = \"top-k\"\n");
   EXPECT_HAS(m, "cfg.toml:9");
-  EXPECT_HAS(m, "allowed values: none, topk, full (did you mean 'topk'?)");
+  EXPECT_HAS(m, "allowed values: none, topk, full, logprobs16 (did you mean 'topk'?)");
 }
 
 // ---- required keys ------------------------------------------------------------------------------

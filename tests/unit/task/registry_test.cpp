@@ -33,7 +33,16 @@ TEST(TaskRegistry, RolesAndKeys) {
   EXPECT_EQ(task_info(TaskKind::generate).role, ModelRole::decoder);
   EXPECT_EQ(task_info(TaskKind::perplexity).role, ModelRole::decoder);
   EXPECT_EQ(task_info(TaskKind::loglikelihood).role, ModelRole::decoder);
-  EXPECT_FALSE(task_info(TaskKind::loglikelihood).logits_by_default);
+  // What each task stores of its logits rows; the first mode is the default.
+  const std::vector<LogitsMode> all = {LogitsMode::full, LogitsMode::topk, LogitsMode::none};
+  EXPECT_EQ(task_info(TaskKind::qa).logits_modes, all);
+  EXPECT_EQ(task_info(TaskKind::mlm).logits_modes, all);
+  EXPECT_EQ(task_info(TaskKind::generate).logits_modes,
+            (std::vector<LogitsMode>{LogitsMode::full, LogitsMode::topk, LogitsMode::none, LogitsMode::logprobs16}));
+  EXPECT_EQ(task_info(TaskKind::perplexity).logits_modes,
+            (std::vector<LogitsMode>{LogitsMode::none, LogitsMode::full, LogitsMode::topk, LogitsMode::logprobs16}));
+  for (auto k : {TaskKind::loglikelihood, TaskKind::multiple_choice, TaskKind::generate_until})
+    EXPECT_EQ(task_info(k).logits_modes, std::vector<LogitsMode>{LogitsMode::none}) << to_string(k);
   // The benchmark tasks read a task file; loglikelihood may (LAMBADA); no other task does.
   for (const auto& t : task_registry()) {
     const bool benchmark = t.kind == TaskKind::multiple_choice || t.kind == TaskKind::generate_until;
@@ -50,7 +59,6 @@ TEST(TaskRegistry, RolesAndKeys) {
   EXPECT_TRUE(task_info(TaskKind::qa).applies("task.doc_stride"));
   EXPECT_FALSE(task_info(TaskKind::mlm).applies("task.doc_stride"));
   EXPECT_TRUE(task_info(TaskKind::generate).applies("validation.golden"));
-  EXPECT_FALSE(task_info(TaskKind::perplexity).logits_by_default);
   EXPECT_STREQ(to_string(ModelRole::decoder), "decoder");
 }
 
