@@ -16,6 +16,8 @@
 // whole model's weights (embedding and lm_head stay float32), printed as ratios. Variant fp8 (not in
 // the default list): the same weights as FP8 e4m3, per-channel scales, dynamic activations (emulated:
 // tiles dequantized to float32).
+// Variant gptq-lm_head8 (not in the default list): the GPTQ weights with the lm_head quantized in
+// memory to INT8 (quantization.lm_head = "int8"), printed against gptq as a ratio.
 // Variant families: one row per decoder preset (the make-model presets of every family), fp32 batch 1:
 // decode tokens/s and the share of the same bandwidth bound, the bytes a step reads being every
 // projection once (of a mixture-of-experts layer only the num_experts_per_tok routed experts, k / E
@@ -165,7 +167,7 @@ int main(int argc, char** argv) {
   const std::string variants = std::string(",") + (argc > 5 ? argv[5] : "fp32,bf16,gptq,families") + ",";
   const std::string families = argc > 6 ? argv[6] : "real";
   auto wanted = [&](const char* name) { return variants.find(std::string(",") + name + ",") != std::string::npos; };
-  const bool llama_110m = wanted("fp32") || wanted("bf16") || wanted("gptq") || wanted("fp8");
+  const bool llama_110m = wanted("fp32") || wanted("bf16") || wanted("gptq") || wanted("fp8") || wanted("gptq-lm_head8");
   if (dir.empty() && llama_110m) {
     dir = (std::filesystem::temp_directory_path() / "evalrun-bench-llama-110m").string();
     if (!std::filesystem::exists(std::filesystem::path(dir) / "model.safetensors")) {
@@ -178,7 +180,7 @@ int main(int argc, char** argv) {
   std::printf("threads %d: memcpy bandwidth %.2f GB/s (read + write)\n", threads, bw);
 
   const std::string gptq_dir = dir + "-gptq-g128", fp8_dir = dir + "-fp8";
-  if (wanted("gptq") && !std::filesystem::exists(std::filesystem::path(gptq_dir) / "model.safetensors")) {
+  if ((wanted("gptq") || wanted("gptq-lm_head8")) && !std::filesystem::exists(std::filesystem::path(gptq_dir) / "model.safetensors")) {
     std::printf("writing the GPTQ g128 version to %s\n", gptq_dir.c_str());
     std::filesystem::remove_all(gptq_dir);
     std::filesystem::copy(dir, gptq_dir);
@@ -198,6 +200,7 @@ int main(int argc, char** argv) {
     const char* label;
     std::string dir;
     evalrun::DType dtype;
+    bool lm_head_int8 = false;
   };
   struct Result {
     double decode_tps[2] = {0, 0};
@@ -205,9 +208,11 @@ int main(int argc, char** argv) {
   };
   std::map<std::string, Result> results;
   for (const Variant& v : {Variant{"fp32", dir, evalrun::DType::fp32}, Variant{"bf16", dir, evalrun::DType::bf16},
-                           Variant{"gptq", gptq_dir, evalrun::DType::fp32}, Variant{"fp8", fp8_dir, evalrun::DType::fp32}}) {
+                           Variant{"gptq", gptq_dir, evalrun::DType::fp32}, Variant{"fp8", fp8_dir, evalrun::DType::fp32},
+                           Variant{"gptq-lm_head8", gptq_dir, evalrun::DType::fp32, true}}) {
     if (!wanted(v.label)) continue;
     auto model = evalrun::LlamaModel::load({v.dir, v.dtype, evalrun::Device::cpu});
+    if (v.lm_head_int8) model->quantize_lm_head_int8();
     const auto& c = model->config();
     Result res;
     for (const auto& site : model->linear_sites()) res.linear_bytes += static_cast<double>(site.layer->resident_bytes());
@@ -215,8 +220,14 @@ int main(int argc, char** argv) {
     const double value_bytes = v.dtype == evalrun::DType::bf16 ? 2.0 : 4.0;
     res.model_bytes = res.linear_bytes + value_bytes * (2.0 * c.vocab_size * c.hidden_size +
                                                         (2.0 * c.num_hidden_layers + 1) * c.hidden_size);
-    // Bytes one decode step reads: the projections as stored, the final norm and lm_head.
-    const double wbytes = res.linear_bytes + value_bytes * (c.hidden_size + static_cast<double>(c.vocab_size) * c.hidden_size);
+    // Bytes one decode step reads: the projections as stored, the final norm and lm_head (int8: a byte
+    // per weight and a float scale per row).
+    const double head_bytes = v.lm_head_int8 ? static_cast<double>(c.vocab_size) * (c.hidden_size + 4.0)
+                                             : value_bytes * static_cast<double>(c.vocab_size) * c.hidden_size;
+    if (v.lm_head_int8)  // resident: the int8 weights and the row scales twice (as given, per row)
+      res.model_bytes -= value_bytes * static_cast<double>(c.vocab_size) * c.hidden_size -
+                         static_cast<double>(c.vocab_size) * (c.hidden_size + 8.0);
+    const double wbytes = res.linear_bytes + value_bytes * c.hidden_size + head_bytes;
     int slot = 0;
     for (std::int64_t batch : {1, 8}) {
       const Timing t = run(*model, batch, prompt, steps, 2);
@@ -234,6 +245,13 @@ int main(int argc, char** argv) {
     results[v.label] = res;
   }
   if (wanted("families")) family_rows(family_presets(families), bw, prompt, steps);
+  if (results.count("gptq") && results.count("gptq-lm_head8")) {
+    const Result& g = results["gptq"];
+    const Result& h = results["gptq-lm_head8"];
+    std::printf("gptq with an int8 lm_head vs gptq (same run): decode tokens/s x%.2f at batch 1, x%.2f at batch 8; "
+                "whole model x%.3f\n",
+                h.decode_tps[0] / g.decode_tps[0], h.decode_tps[1] / g.decode_tps[1], h.model_bytes / g.model_bytes);
+  }
   for (const char* q : {"gptq", "fp8"}) {
     if (!results.count("fp32") || !results.count(q)) continue;
     const Result& f = results["fp32"];

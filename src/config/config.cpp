@@ -260,6 +260,9 @@ const std::vector<KeySpec>& key_specs() {
       {.section = "quantization", .key = "calibration_samples", .kind = Kind::integer, .min = 1, .max = kIntMax, .default_note = "128",
        .help = "direct only: examples run to calibrate",
        .apply = [](RunSpec& r, const Scalar& v) { r.quantization.calibration_samples = static_cast<int>(v.i); }},
+      {.section = "quantization", .key = "lm_head", .kind = Kind::enumeration, .choices = {"float", "int8"}, .per_task = true, .default_note = "\"float\"",
+       .help = "decoders: the output projection as the checkpoint stores it (float), or quantized in memory to INT8 W8A8 (per-channel weights, per-token activations); for quantized runs, whose decode step a float lm_head dominates",
+       .apply = [](RunSpec& r, const Scalar& v) { r.quantization.lm_head = v.choice == 0 ? "float" : "int8"; }},
       // [parallel]
       {.section = "parallel", .key = "tensor_parallel", .kind = Kind::integer, .min = 1, .max = kIntMax, .default_note = "1",
        .help = "ranks sharing one model replica; the world size must be a multiple of it",

@@ -94,6 +94,7 @@ struct QuantizationSection {
   double smoothquant_alpha = 0.5;        // direct: migration strength
   std::string calibration_dataset;       // direct: "" = task.dataset
   int calibration_samples = 128;         // direct: examples run to calibrate (first N of the data set)
+  std::string lm_head = "float";         // decoders: float (the checkpoint's) | int8 (W8A8 in memory)
 };
 
 // Cross-implementation validation runs.

@@ -81,6 +81,7 @@
 #include "ops/norms.hpp"
 #include "ops/rotary.hpp"
 #include "quant/dense.hpp"
+#include "quant/int8.hpp"
 
 namespace evalrun {
 namespace {
@@ -200,7 +201,9 @@ struct LlamaModel::Impl : model::Weights {
 
   Tensor embed;         // [V, H]
   Tensor positions_emb;  // learned positions [max_position_embeddings, H] (undefined with RoPE)
-  Tensor lm_head;       // [V, H] (tied: the embeddings)
+  Tensor lm_head;       // [V, H] (tied: the embeddings); undefined once quantized, unless tied
+  // quantization.lm_head = "int8": the output projection as an Int8Linear (project() uses it).
+  quant::LinearPtr lm_head_int8;
   Tensor final_norm, final_norm_b;  // [H] (the bias: LayerNorm only)
   std::vector<DecoderLayer> layers;
   Tensor inv_freq;  // float32 [d / 2]
@@ -664,7 +667,8 @@ struct LlamaModel::Impl : model::Weights {
   }
 
   std::vector<const Tensor*> tensors() const override {
-    std::vector<const Tensor*> out{&embed, &final_norm, &lm_head};
+    std::vector<const Tensor*> out{&embed, &final_norm};
+    if (lm_head.defined()) out.push_back(&lm_head);
     for (const Tensor* t : {&positions_emb, &final_norm_b}) {
       if (t->defined()) out.push_back(t);
     }
@@ -708,10 +712,21 @@ struct LlamaModel::Impl : model::Weights {
     return norm_t(sel, final_norm, final_norm_b);
   }
 
+  std::size_t other_bytes() const override { return lm_head_int8 ? lm_head_int8->resident_bytes() : 0; }
+
   // logits [R, V] float32 = h [R, H] @ lm_head^T / logits_scaling.
   void project(const Tensor& h, std::vector<float>& logits) {
     const std::int64_t R = h.size(0), V = cfg.vocab_size, H = cfg.hidden_size;
     logits.resize(static_cast<std::size_t>(R * V));
+    if (lm_head_int8) {
+      const Tensor x = h.to(torch::kFloat32).contiguous();
+      lm_head_int8->forward(x.data_ptr<float>(), R, H, logits.data(), V, 1.0f, 0.0f);
+      if (cfg.logits_scaling != 1.0) {
+        const float s = static_cast<float>(cfg.logits_scaling);
+        for (float& v : logits) v /= s;
+      }
+      return;
+    }
     if (use_sgemm) {
       ops::sgemm('N', 'T', R, V, H, 1.0f, h.data_ptr<float>(), H, lm_head.data_ptr<float>(), H, 0.0f,
                    logits.data(), V);
@@ -910,6 +925,17 @@ ModelDims LlamaModel::dims_of(const std::string& dir) {
 ModelDims LlamaModel::dims() const { return dims_from(impl_->cfg, (fs::path(impl_->dir) / "config.json").string()); }
 
 model::Weights& LlamaModel::weights() const { return *impl_; }
+
+std::string LlamaModel::quantize_lm_head_int8() {
+  Impl& m = *impl_;
+  if (m.lm_head_int8) return m.lm_head_int8->describe();
+  quant::DenseLinear dense(m.lm_head.to(torch::kFloat32).contiguous(), Tensor(), /*transposed=*/false);
+  const quant::LinearSite site{{"lm_head"}, {m.cfg.vocab_size}, &dense};
+  auto parts = quant::quantize_site_int8(site, quant::Int8Settings{}, nullptr, /*smooth=*/false);
+  m.lm_head_int8 = std::move(parts.front());
+  if (!m.lm_head.is_same(m.embed)) m.lm_head = Tensor();  // tied: still the embeddings
+  return m.lm_head_int8->describe();
+}
 
 std::unique_ptr<KvCache> LlamaModel::new_cache(std::int64_t batch, std::int64_t capacity) const {
   return impl_->make_cache(batch, capacity);

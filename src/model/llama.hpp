@@ -122,6 +122,7 @@ class LlamaModel : public CausalLM {
   // and the output of layer n with the final norm applied.
   std::vector<std::vector<float>> hidden_states(const std::int64_t* ids, std::int64_t batch,
                                                 std::int64_t seq) override;
+  std::string quantize_lm_head_int8() override;
 
   // Mixtral: the tokens forward() routed to each expert so far, [layer][expert] (real tokens only, not
   // padding; each counted once per expert it went to: a layer sums to tokens x num_experts_per_tok).

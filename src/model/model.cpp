@@ -32,7 +32,7 @@ std::size_t Model::weight_bytes() const {
     seen.push_back(t);
     n += static_cast<std::size_t>(t->nbytes());
   }
-  return n;
+  return n + w.other_bytes();
 }
 
 // The projections' inputs are the same whether or not a head runs after the layers.

@@ -164,6 +164,11 @@ class CausalLM : public Model {
                                                         std::int64_t seq) = 0;
 
   void calibration_pass(const std::int64_t* ids, std::int64_t batch, std::int64_t seq) override;
+
+  // quantization.lm_head = "int8": the output projection becomes INT8 W8A8 (per-channel symmetric
+  // weights, per-token dynamic activations, as quantization.direct does the projections), in memory.
+  // Returns its description for the result file.
+  virtual std::string quantize_lm_head_int8() = 0;
 };
 
 // Threads used by torch's intra-op pool (and oneDNN / OpenBLAS through it) for this process.

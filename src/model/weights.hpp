@@ -38,6 +38,8 @@ struct Weights {
   // Every other tensor held (embeddings, norms, heads); undefined ones and ones listed twice (a tied
   // head) are counted once or not at all.
   virtual std::vector<const at::Tensor*> tensors() const = 0;
+  // Bytes held by layers outside slots() and tensors() (a quantized lm_head).
+  virtual std::size_t other_bytes() const { return 0; }
 };
 
 }  // namespace evalrun::model

@@ -716,6 +716,8 @@ std::vector<Case> guard_cases() {
       {"config: invalid UTF-8", [](P d) { return qa_cfg(d, "# \xff\xfe\n"); }, {"cfg.toml:", "UTF-8"}},
       {"config: negative threads", [](P d) { return qa_cfg(d) + set("run.threads", "-1"); }, {"run.threads"}},
       {"config: output.top_k without topk logits", [](P d) { return qa_cfg(d) + set("output.top_k", "3"); }, {"output.top_k"}},
+      {"config: an int8 lm_head for an encoder", [](P d) { return qa_cfg(d) + set("quantization.lm_head", "int8"); },
+       {"quantization.lm_head applies only to task.kind = "}},
       {"config: logprobs16 logits for qa", [](P d) { return qa_cfg(d) + set("output.logits", "logprobs16"); },
        {"output.logits = \"logprobs16\" is not stored by task.kind = \"qa\""}},
       {"config: logits for a loglikelihood task file", [](P d) { return task_cfg(d, "loglikelihood", shipped("lambada_openai")) + set("output.logits", "topk"); },

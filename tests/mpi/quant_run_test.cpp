@@ -105,3 +105,32 @@ TEST_F(QuantRun, Fp8CheckpointFromMakeModelGenerates) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--fp8-scale"), std::string::npos) << r.output;
 }
+
+// quantization.lm_head = "int8" on a GPTQ checkpoint: the output projection in INT8 W8A8 (per-token
+// activations: rows independent), so tokens and logits do not depend on ranks, tensor parallelism,
+// batch size or padding; the logits move by the rounding only, and the weights shrink by the lm_head's
+// float bytes less its int8 bytes.
+TEST_F(QuantRun, Int8LmHeadIsIndependentOfLayoutAndCloseToTheFloatHead) {
+  make("gptq-head", "--gptq --group-size 32");
+  const auto ref = run("gptq-head", 1, "h-n1-b1.h5", "--set task.batch_size=1 --set quantization.lm_head=int8");
+  expect_same_generation(ref, run("gptq-head", 2, "h-n2-b3.h5", "--set task.batch_size=3 --set quantization.lm_head=int8"));
+  expect_same_generation(ref, run("gptq-head", 2, "h-tp2.h5", "--set parallel.tensor_parallel=2 --set quantization.lm_head=int8"));
+  expect_same_generation(ref, run("gptq-head", 1, "h-pad.h5",
+                                  "--set task.batch_size=5 --set task.min_pad_length=40 --set quantization.lm_head=int8"));
+  const auto fl = run("gptq-head", 1, "h-float.h5", "--set task.batch_size=1");
+  H5Reader q(ref), f(fl);
+  EXPECT_EQ(q.attr_string("/", "quantization"),
+            "gptq w4 g32 asym; lm_head int8 w8a8 weights per_channel, activations per_token (in memory)");
+  // tiny-llama: vocab 1000, hidden 64, lm_head not tied: 256,000 float bytes become 64,000 int8 and
+  // 2 x 4,000 bytes of row scales (Int8Linear keeps them as given and expanded per row)
+  EXPECT_EQ(f.attr_int("/", "weight_bytes_per_rank") - q.attr_int("/", "weight_bytes_per_rank"), 256000 - 72000);
+  const auto lq = q.read_f32("/logits/step_logits"), lf = f.read_f32("/logits/step_logits");
+  const std::size_t V = static_cast<std::size_t>(q.shape("/logits/step_logits")[1]);
+  const std::vector<float> first_q(lq.begin(), lq.begin() + V), first_f(lf.begin(), lf.begin() + V);
+  const float d = max_diff(first_q, first_f);
+  EXPECT_GT(d, 1e-6F) << "the head was not quantized";
+  EXPECT_LT(d, 0.05F);
+  const auto r = run_process(kBin + " compare " + fl + " " + ref);  // tokens may diverge: 0 or 1, not 2
+  EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 1) << r.output;
+  EXPECT_NE(r.output.find("ce_excess_max"), std::string::npos) << r.output;
+}

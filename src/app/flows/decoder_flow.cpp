@@ -140,6 +140,12 @@ void DecoderFlow::load(const RunSpec& spec, const std::string& shard, const std:
   model_ = load_causal_lm({spec.model.path, spec.model.dtype, spec.model.device,
                            spec.quantization.direct ? "none" : spec.quantization.method, tp});
   install_model(spec, *model_, calibration, prov);
+  if (spec.quantization.lm_head == "int8") {
+    const std::string how = model_->quantize_lm_head_int8();
+    prov.quantization += "; lm_head " + how + " (in memory)";
+    prov.weight_bytes = model_->weight_bytes();
+    log().info("lm_head quantized in memory: {}", how);
+  }
   if (tokenizer_) prov.tokenizer_sha256 = tokenizer_->sha256();
   const std::size_t items = load_task(spec, shard, shared, model_->vocab_size());
   log_model_load(spec, prov, seconds_since(t0), items, "items");

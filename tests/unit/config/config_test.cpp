@@ -274,6 +274,7 @@ TEST(ConfigTasks, KindValuesAndApplicabilityComeFromTheRegistry) {
     for (const char* b : {"version_2_with_negative", "pad_to_max_length", "no_early_termination", "share_context"})
       if (key.find(b) != std::string::npos) return "true";
     if (key == "task.prompt_set") return "chat";
+    if (key == "quantization.lm_head") return "int8";
     for (const char* s : {"output.predictions_json", "validation.golden", "task.task_file", "output.lm_eval_json",
                           "output.samples_jsonl"})
       if (key == s) return "x";
