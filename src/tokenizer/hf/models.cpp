@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <mutex>
 #include <queue>
 #include <unordered_map>
 
@@ -110,6 +111,33 @@ class Bpe : public Model {
   void tokenize(const std::u32string& piece, std::vector<ModelToken>& out) const override {
     const std::size_t n = piece.size();
     if (n == 0) return;
+    // A piece's tokens depend on the piece alone: the crate keeps the first 10,000 distinct pieces
+    // shorter than 256 characters in a cache, and so does this (most words of a text repeat).
+    const bool cacheable = n < kCacheMaxLength;
+    if (cacheable) {
+      const std::lock_guard<std::mutex> lock(cache_mutex_);
+      if (const auto hit = cache_.find(piece); hit != cache_.end()) {
+        out.insert(out.end(), hit->second.begin(), hit->second.end());
+        return;
+      }
+    }
+    const std::size_t first = out.size();
+    tokenize_uncached(piece, out);
+    if (cacheable) {
+      const std::lock_guard<std::mutex> lock(cache_mutex_);
+      if (cache_.size() < kCacheCapacity) cache_.emplace(piece, std::vector<ModelToken>(out.begin() + static_cast<std::ptrdiff_t>(first), out.end()));
+    }
+  }
+
+  std::int64_t token_to_id(const std::string& t) const override { return vocab_.id(t); }
+  const std::string* id_to_token(std::int64_t id) const override { return vocab_.token(id); }
+  std::int64_t vocab_size() const override { return vocab_.size(); }
+
+ private:
+  static constexpr std::size_t kCacheCapacity = 10000, kCacheMaxLength = 256;
+
+  void tokenize_uncached(const std::u32string& piece, std::vector<ModelToken>& out) const {
+    const std::size_t n = piece.size();
     if (ignore_merges_) {
       // Llama 3: a piece that is itself a token is taken whole, whatever the merges would make of it.
       const std::int64_t id = vocab_.id(to_utf8(piece) + suffix_);
@@ -151,11 +179,6 @@ class Bpe : public Model {
     }
   }
 
-  std::int64_t token_to_id(const std::string& t) const override { return vocab_.id(t); }
-  const std::string* id_to_token(std::int64_t id) const override { return vocab_.token(id); }
-  std::int64_t vocab_size() const override { return vocab_.size(); }
-
- private:
   struct Sym {
     std::int64_t id;
     std::size_t start, end;
@@ -215,6 +238,8 @@ class Bpe : public Model {
   bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
   std::int64_t unk_ = -1;
   std::int64_t byte_ids_[256] = {};
+  mutable std::mutex cache_mutex_;
+  mutable std::unordered_map<std::u32string, std::vector<ModelToken>> cache_;
 };
 
 // BERT's WordPiece: greedy longest match first, continuation pieces prefixed ("##"); a word with a

@@ -38,10 +38,20 @@ class IcuNormalizer : public Normalizer {
   }
   void normalize(NString& s) const override {
     NString out;
+    out.s.reserve(s.size());
+    out.align.reserve(s.size());
     std::size_t i = 0;
     while (i < s.size()) {
       std::size_t j = i + 1;
       while (j < s.size() && !n_->hasBoundaryBefore(static_cast<UChar32>(s.s[j]))) ++j;
+      if (j == i + 1 && s.s[i] < 0x80) {
+        // A segment of one ASCII character: no form changes it (ASCII has no decomposition, and alone
+        // nothing composes with it), and most text is made of these.
+        out.s.push_back(s.s[i]);
+        out.align.push_back(s.align[i]);
+        i = j;
+        continue;
+      }
       UErrorCode st = U_ZERO_ERROR;
       const auto seg = icu::UnicodeString::fromUTF32(reinterpret_cast<const UChar32*>(s.s.data() + i),
                                                      static_cast<int32_t>(j - i));
