@@ -186,6 +186,28 @@ TEST(HfModels, BpeIgnoreMergesTakesWholeWordsAndPrefixes) {
   EXPECT_EQ(suffixed.encode("ab", false).ids, (Ids{3}));  // a + b</w>, the prefix dropped on merging
 }
 
+// The BPE model caches the first 10,000 distinct pieces (as the crate does): a piece met again, from
+// the cache or past its capacity, gives the same ids, and its offsets are where this occurrence is.
+TEST(HfModels, BpeCachedPiecesGiveTheSameIdsAndOffsets) {
+  const auto tok = HfTokenizer::from_json_text(
+      file_with(R"({"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2, "ab": 3, "abc": 4, "ca": 5},
+                    "merges": ["a b", "ab c", "c a"]})",
+                "null", R"({"type": "WhitespaceSplit"})"),
+      "t.json");
+  std::vector<std::string> words;  // 12,000 distinct words of 9 letters: more than the cache holds
+  for (int i = 0; static_cast<int>(words.size()) < 12000; ++i) {
+    std::string w;
+    for (int k = 0, x = i; k < 9; ++k, x /= 3) w += static_cast<char>('a' + x % 3);
+    words.push_back(w);
+  }
+  std::vector<Ids> first;
+  for (const auto& w : words) first.push_back(tok.encode(w, false).ids);
+  for (std::size_t i = 0; i < words.size(); ++i) ASSERT_EQ(tok.encode(words[i], false).ids, first[i]) << words[i];
+  const auto twice = tok.encode("cabc cabc", false);
+  EXPECT_EQ(twice.ids, (Ids{2, 4, 2, 4}));
+  EXPECT_EQ(twice.offsets, (std::vector<std::pair<int, int>>{{0, 1}, {1, 4}, {5, 6}, {6, 9}}));
+}
+
 TEST(HfModels, WordPieceGreedyLongestAndUnk) {
   const auto tok = HfTokenizer::from_json_text(
       file_with(R"({"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##", "max_input_chars_per_word": 10,
