@@ -1,5 +1,6 @@
 // tokenizer.json pre-tokenizers: each splits every piece of text into smaller pieces (the model sees
 // one piece at a time), and ByteLevel / Metaspace also rewrite the characters.
+#include "common/utf8.hpp"
 #include "tokenizer/hf/pipeline.hpp"
 
 namespace evalrun::hf {
@@ -45,24 +46,31 @@ class ByteLevel : public PreTokenizer {
       : prefix_(prefix), use_regex_(use_regex), re_(Pattern::regex(kGpt2Pattern, at)) {}
   void pre_tokenize(std::vector<NString>& pieces) const override {
     each_piece(pieces, [&](const NString& in) {
-      NString s = in;
-      if (prefix_ && (s.size() == 0 || s.s[0] != U' ')) {
+      std::vector<NString> parts;
+      if (prefix_ && (in.size() == 0 || in.s[0] != U' ')) {
         NString sp;
         sp.s = U" ";
-        sp.align.push_back(s.size() ? s.align[0] : std::pair{0, 0});
-        sp.append(s);
-        s = std::move(sp);
+        sp.align.push_back(in.size() ? in.align[0] : std::pair{0, 0});
+        sp.append(in);
+        parts.push_back(std::move(sp));
+      } else {
+        parts.push_back(in);
       }
-      std::vector<NString> parts;
-      if (use_regex_) parts = split_pattern(s, re_, Behavior::Isolated, false);
-      else parts.push_back(std::move(s));
+      if (use_regex_) parts = split_pattern(parts.front(), re_, Behavior::Isolated, false);
       // Each UTF-8 byte becomes its printable stand-in, aligned to the character it belongs to.
+      std::string u8;
       for (NString& p : parts) {
         NString b;
-        std::string u8;
+        b.s.reserve(p.size());
+        b.align.reserve(p.size());
         for (std::size_t i = 0; i < p.size(); ++i) {
+          if (p.s[i] < 0x80) {  // one byte, the common case
+            b.s.push_back(byte_to_char(static_cast<unsigned char>(p.s[i])));
+            b.align.push_back(p.align[i]);
+            continue;
+          }
           u8.clear();
-          u8 = to_utf8(std::u32string_view(&p.s[i], 1));
+          append_utf8(u8, p.s[i]);
           for (unsigned char c : u8) {
             b.s.push_back(byte_to_char(c));
             b.align.push_back(p.align[i]);
