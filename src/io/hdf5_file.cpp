@@ -469,15 +469,18 @@ std::size_t npoints(hid_t space, const std::string& w) {
   return static_cast<std::size_t>(n);
 }
 
+// InputError naming `w` unless dataset `ds` holds values of type class `want`.
+void require_class(hid_t ds, const std::string& w, H5T_class_t want) {
+  const Id ft(H5Dget_type(ds), H5Tclose);
+  const H5T_class_t cls = H5Tget_class(ft);
+  if (cls != want) throw InputError(w, std::string("is a ") + class_name(cls) + " dataset, expected " + class_name(want));
+}
+
 template <typename T>
 std::vector<T> read_numeric(hid_t file, const std::string& path, const std::string& object, hid_t mem_type,
                             H5T_class_t want) {
   const Id ds = open_dataset(file, path, object);
-  const Id ft(H5Dget_type(ds), H5Tclose);
-  const H5T_class_t cls = H5Tget_class(ft);
-  if (cls != want)
-    throw InputError(where(path, object),
-                     std::string("is a ") + class_name(cls) + " dataset, expected " + class_name(want));
+  require_class(ds, where(path, object), want);
   const Id space(H5Dget_space(ds), H5Sclose);
   std::vector<T> out(npoints(space, where(path, object)));
   if (!out.empty() && H5Dread(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
@@ -668,11 +671,7 @@ template <typename T>
 H5Rows<T>::H5Rows(const H5Reader& file, const std::string& dataset, std::size_t block_bytes)
     : where_(where(file.path(), dataset)) {
   Id ds = open_dataset(file.file_, file.path(), dataset);
-  const Id ft(H5Dget_type(ds), H5Tclose);
-  const H5T_class_t cls = H5Tget_class(ft);
-  if (cls != RowType<T>::kClass)
-    throw InputError(where_, std::string("is a ") + class_name(cls) + " dataset, expected " +
-                                 class_name(RowType<T>::kClass));
+  require_class(ds, where_, RowType<T>::kClass);
   const Id space(H5Dget_space(ds), H5Sclose);
   if (H5Sget_simple_extent_ndims(space) != 2) throw InputError(where_, "expected a 2-D dataset");
   hsize_t dims[2] = {0, 0};

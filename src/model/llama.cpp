@@ -718,18 +718,14 @@ struct LlamaModel::Impl : model::Weights {
   void project(const Tensor& h, std::vector<float>& logits) {
     const std::int64_t R = h.size(0), V = cfg.vocab_size, H = cfg.hidden_size;
     logits.resize(static_cast<std::size_t>(R * V));
-    if (lm_head_int8) {
-      const Tensor x = h.to(torch::kFloat32).contiguous();
-      lm_head_int8->forward(x.data_ptr<float>(), R, H, logits.data(), V, 1.0f, 0.0f);
-      if (cfg.logits_scaling != 1.0) {
-        const float s = static_cast<float>(cfg.logits_scaling);
-        for (float& v : logits) v /= s;
-      }
-      return;
-    }
-    if (use_sgemm) {
-      ops::sgemm('N', 'T', R, V, H, 1.0f, h.data_ptr<float>(), H, lm_head.data_ptr<float>(), H, 0.0f,
+    if (lm_head_int8 || use_sgemm) {  // raw float32 buffers
+      if (lm_head_int8) {
+        const Tensor x = h.to(torch::kFloat32).contiguous();
+        lm_head_int8->forward(x.data_ptr<float>(), R, H, logits.data(), V, 1.0f, 0.0f);
+      } else {
+        ops::sgemm('N', 'T', R, V, H, 1.0f, h.data_ptr<float>(), H, lm_head.data_ptr<float>(), H, 0.0f,
                    logits.data(), V);
+      }
       if (cfg.logits_scaling != 1.0) {
         const float s = static_cast<float>(cfg.logits_scaling);
         for (float& v : logits) v /= s;
