@@ -35,4 +35,13 @@ std::size_t for_each_jsonl_object(const std::string& path, const std::string& wh
   return lines;
 }
 
+std::string jsonl_id(const JsonlLine& l) {
+  const nlohmann::json& j = *l.value;
+  if (!j.contains("id")) return "";
+  const auto& id = j["id"];
+  if (id.is_string()) return id.get<std::string>();
+  if (id.is_number_integer()) return std::to_string(id.get<long long>());
+  throw InputError(l.where, "\"id\" must be a string or an integer");
+}
+
 }  // namespace evalrun

@@ -24,4 +24,8 @@ struct JsonlLine {
 std::size_t for_each_jsonl_object(const std::string& path, const std::string& what,
                                   const std::function<void(const JsonlLine&)>& each);
 
+// The line's "id": a string, or an integer written in decimal; "" when the line has none. Anything
+// else (null included) is an InputError naming the line.
+std::string jsonl_id(const JsonlLine& l);
+
 }  // namespace evalrun

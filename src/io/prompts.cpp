@@ -97,10 +97,8 @@ void read_jsonl(const std::string& path, Collector& out) {
   const std::size_t count = for_each_jsonl_object(path, "prompt file", [&](const JsonlLine& l) {
     const nlohmann::json& j = *l.value;
     Prompt p;
-    if (j.contains("id") && !j["id"].is_null()) {
-      if (j["id"].is_string()) p.id = j["id"].get<std::string>();
-      else if (j["id"].is_number_integer()) p.id = std::to_string(j["id"].get<long long>());
-      else throw InputError(l.where, "\"id\" must be a string or an integer");
+    if (j.contains("id") && !j["id"].is_null()) {  // prompts: a null id is no id, an empty one an error
+      p.id = jsonl_id(l);
       if (p.id.empty()) throw InputError(l.where, "\"id\" is empty");
     } else {
       p.id = "line-" + std::to_string(l.lineno);

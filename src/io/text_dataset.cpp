@@ -20,11 +20,7 @@ TextSample jsonl_sample(const JsonlLine& l) {
   TextSample s;
   if (!j.contains("text") || !j["text"].is_string()) throw InputError(l.where, "missing string field \"text\"");
   s.text = j["text"].get<std::string>();
-  if (j.contains("id")) {
-    if (j["id"].is_string()) s.id = j["id"].get<std::string>();
-    else if (j["id"].is_number_integer()) s.id = std::to_string(j["id"].get<long long>());
-    else throw InputError(l.where, "\"id\" must be a string or an integer");
-  }
+  s.id = jsonl_id(l);
   if (j.contains("targets")) {
     const auto& t = j["targets"];
     if (t.is_string()) {

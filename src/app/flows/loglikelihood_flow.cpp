@@ -43,11 +43,7 @@ std::vector<RequestText> read_requests(const std::string& path) {
     }
     r.context = j["context"].get<std::string>();
     r.continuation = j["continuation"].get<std::string>();
-    if (j.contains("id")) {
-      if (j["id"].is_string()) r.id = j["id"].get<std::string>();
-      else if (j["id"].is_number_integer()) r.id = std::to_string(j["id"].get<long long>());
-      else throw InputError(r.where, "\"id\" must be a string or an integer");
-    }
+    r.id = jsonl_id(l);
     if (r.id.empty()) r.id = "line-" + std::to_string(l.lineno);
     if (!seen.insert(r.id).second) throw InputError(r.where, "duplicate request id '" + r.id + "'");
     out.push_back(std::move(r));
