@@ -148,7 +148,10 @@ int run_command(const MpiWorld& world, const RunSpec& spec, bool resume) {
       world.abort(kExitFailed);
     }
     if (appender) appender->close();
-    if (tp_rank != 0) mine = no_results();
+    if (tp_rank != 0) {  // the group's first rank returns and writes what the group computed
+      mine = no_results();
+      flow->rank_rows().clear();
+    }
     times.inference = seconds_since(t0);
     if (group) times.allreduce = group->allreduce_seconds();
     prov.peak_rss_bytes = peak_rss_bytes();
@@ -167,12 +170,38 @@ int run_command(const MpiWorld& world, const RunSpec& spec, bool resume) {
     prov.peak_rss_bytes_max = std::max<std::size_t>(prov.peak_rss_bytes_max, std::stoull(s));
   }
 
-  // 4. rank 0 post-processes and writes the file; the journal has served its purpose then.
+  // 4. rank 0 post-processes and writes the file, laying out its vocabulary-wide datasets; every rank
+  // writes its own rows of those into it; rank 0 renames it into place, and the journal has served
+  // its purpose then.
+  std::optional<H5Writer> out;  // rank 0
+  std::string layout_bytes;
+  double rank0_seconds = 0, rows_seconds = 0;
   world.collective_step([&] {
     if (!world.is_root()) return;
+    const auto t0 = Clock::now();
     if (journal->resuming()) gathered.push_back(records_buffer(journal->take_finished()));
-    flow->finish(spec, gathered, times, prov);
-    log().info("wrote {}", spec.output.path);
+    FinishedFile file = flow->finish(spec, gathered, times, prov);
+    gathered.clear();
+    if (file.out && !file.rows.empty()) file.out->close();
+    layout_bytes = file.rows.to_bytes();
+    if (file.out) out.emplace(std::move(*file.out));
+    rank0_seconds = seconds_since(t0);
+  });
+  world.broadcast(layout_bytes);
+  const RowsLayout layout = RowsLayout::from_bytes(layout_bytes);
+  if (!layout.empty()) {
+    world.collective_step([&] {
+      const auto t0 = Clock::now();
+      flow->rank_rows().write(layout, world.size() > 1);
+      flow->rank_rows().clear();
+      rows_seconds = seconds_since(t0);
+    });
+  }
+  world.collective_step([&] {
+    if (!world.is_root()) return;
+    if (out) out->commit();
+    log().info("wrote {}: rank 0's part in {:.2f} s, every rank's rows in {:.2f} s", spec.output.path, rank0_seconds,
+               rows_seconds);
     journal->remove();
   });
   return kExitOk;

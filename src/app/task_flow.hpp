@@ -4,8 +4,11 @@
 //   every rank: load() loads the model (its part of it, with tensor parallelism: `tp` is the rank's
 //           group, null without) and checks its shard against it; run() runs the shard (the ranks
 //           of a tensor-parallel group get the same shard and run it together);
-//   rank 0: finish() gathers every rank's results, post-processes and writes the result file.
-// Shards and results travel as byte buffers (dist/serialize.hpp) so MPI knows nothing of tasks.
+//   rank 0: finish() gathers every rank's results, post-processes and writes the result file, laying
+//           out the vocabulary-wide datasets (io/rank_rows.hpp);
+//   every rank: writes its own rows of those (rank_rows(), kept by run()); rank 0 commits the file.
+// Shards and results travel as byte buffers (dist/serialize.hpp) so MPI knows nothing of tasks; the
+// rows of every logit stay on their rank.
 // Resuming (resume/run_journal.hpp): prepare() leaves out the items an interrupted run finished; run()
 // hands each batch's finished items to a sink (the rank's journal); finish() gets the journaled
 // records as one more gathered buffer.
@@ -14,6 +17,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -25,8 +29,10 @@
 #include "config/run_spec.hpp"
 #include "device/backend.hpp"
 #include "io/hdf5_file.hpp"
+#include "io/rank_rows.hpp"
 #include "model/model.hpp"
 #include "resume/run_journal.hpp"
+#include "task/batch_done.hpp"
 
 namespace evalrun {
 
@@ -53,6 +59,14 @@ struct PreparedWork {
 // gathered buffer). Empty: not called.
 using ItemSink = std::function<void(const FinishedItems&)>;
 
+// What finish() leaves: rank 0's result file, written but not committed, and where the ranks' own
+// rows go in it (empty: nowhere); no file when finish() committed it itself (tasks without such rows,
+// which write their other outputs after the result file).
+struct FinishedFile {
+  std::optional<H5Writer> out;
+  RowsLayout rows;
+};
+
 class TaskFlow {
  public:
   virtual ~TaskFlow() = default;
@@ -61,8 +75,8 @@ class TaskFlow {
   virtual void load(const RunSpec& spec, const std::string& shard, const std::string& shared,
                     Provenance& provenance, Communicator* tp) = 0;                       // every rank
   virtual std::string run(const RunSpec& spec, bool report_progress, const ItemSink& sink) = 0;  // every rank
-  virtual void finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
-                      Provenance provenance) = 0;                                        // rank 0
+  virtual FinishedFile finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
+                              Provenance provenance) = 0;                                // rank 0
   // rank 0, after prepare(): the record an interrupted run journaled for work item `index` (below the
   // item count) must parse as this task's record, use every byte (from_bytes, dist/serialize.hpp),
   // and fit the item (its sizes); std::runtime_error saying what does not (run_journal.hpp names the
@@ -71,6 +85,9 @@ class TaskFlow {
 
   // The device backend load() hands the model to (run_command sets it before load).
   void set_backend(std::shared_ptr<device::Backend> backend) { backend_ = std::move(backend); }
+  // The vocabulary-wide rows this rank writes into the file itself: those its run() computed (kept
+  // out of the records it returns) and, on rank 0, those finish() found in journaled records.
+  RankRows& rank_rows() { return rows_; }
 
  protected:
   // After a flow loads its model: direct INT8 quantization when the run asks for it (calibrating on
@@ -83,6 +100,9 @@ class TaskFlow {
   void put_on_device(Model& model, Provenance& provenance);
 
   std::shared_ptr<device::Backend> backend_;
+
+ protected:
+  RankRows rows_;
 };
 
 // The flow of a task: app/flows/flows.cpp, one row per task of the registry (task/registry.hpp).
@@ -159,6 +179,25 @@ class ResultRecords {
 };
 // The same layout for records finished by an interrupted run.
 std::string records_buffer(const std::map<std::uint64_t, std::string>& records);
+// For flows that keep rows on the rank (rank_rows()): each batch's finished records, whole, go to the
+// sink (the journal must hold the rows for a resumed run) and nowhere else; the flow builds its
+// buffer from the results once their rows are taken out (records_buffer_of).
+template <class Record>
+BatchDone<Record> journal_batches(const ItemSink& sink) {
+  return [&sink](const std::vector<Record>& results, const std::vector<std::size_t>& done) {
+    if (!sink) return;
+    FinishedItems items;
+    for (std::size_t i : done) items.emplace_back(results[i].index, to_bytes(results[i]));
+    sink(items);
+  };
+}
+// The buffer of typed records that carry their `index`, in their order.
+template <class Record>
+std::string records_buffer_of(const std::vector<Record>& records) {
+  ResultRecords r(ItemSink{});
+  for (const auto& record : records) r.add(record.index, record);
+  return r.take();
+}
 // sha256 over `parts` in order (PreparedWork::inputs_sha256).
 std::string inputs_digest(const std::vector<std::string>& parts);
 // The work of a run split into `parts` balanced shards: positions into `items` (the whole work list,

@@ -1,6 +1,7 @@
 #include "io/hdf5_file.hpp"
 
 #include <hdf5.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -243,6 +244,14 @@ namespace {
 bool g_close_failed = false;
 }  // namespace
 
+H5Writer::H5Writer(H5Writer&& o) noexcept
+    : final_path_(std::move(o.final_path_)),
+      temp_path_(std::move(o.temp_path_)),
+      file_(std::exchange(o.file_, -1)),
+      committed_(std::exchange(o.committed_, true)) {  // the moved-from writer removes nothing
+  o.temp_path_.clear();
+}
+
 H5Writer::~H5Writer() {
   if (file_ >= 0) {
     // Not committed (a write failed, or an exception passed): the file is thrown away. Freeing its
@@ -269,6 +278,8 @@ void require_open(std::int64_t file, const std::string& final_path) {
   if (file < 0) throw std::logic_error("H5Writer for " + final_path + " used after commit()");
 }
 
+// Creates the dataset and writes `data` (nullptr: its file space is allocated and left unwritten, for
+// H5RowWriter; parallel HDF5 writes only into allocated chunks).
 void write_dataset(hid_t file, const std::string& final_path, const std::string& path, const DatasetSpec& spec,
                    const void* data, std::size_t n, const std::vector<std::int64_t>& dims, std::int64_t row_chunk,
                    Storage storage) {
@@ -282,11 +293,19 @@ void write_dataset(hid_t file, const std::string& final_path, const std::string&
         (storage == Storage::deflate && (H5Pset_shuffle(dcpl) < 0 || H5Pset_deflate(dcpl, 4) < 0)))
       write_fail(final_path, path, "cannot set chunking/compression");
   }
+  if (data == nullptr && (H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) < 0 ||
+                          H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0))
+    write_fail(final_path, path, "cannot set early allocation");
   const Id lcpl = make_lcpl();
   Id ds(H5Dcreate2(file, path.c_str(), spec.file_type, space, lcpl, dcpl, H5P_DEFAULT), H5Dclose);
   if (!ds.ok()) write_fail(final_path, path, "cannot create dataset");
-  if (n > 0 && H5Dwrite(ds, spec.mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+  if (data != nullptr && n > 0 && H5Dwrite(ds, spec.mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
     write_fail(final_path, path, "cannot write dataset");
+}
+
+DatasetSpec row_type_spec(RowType type) {
+  return type == RowType::f32 ? DatasetSpec{H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, 4}
+                              : DatasetSpec{H5T_NATIVE_UINT16, H5T_STD_U16LE, 2};
 }
 
 }  // namespace
@@ -321,6 +340,13 @@ void H5Writer::write_rows(const std::string& path, const std::vector<std::uint16
   require_open(file_, final_path_);
   write_dataset(file_, final_path_, path, {H5T_NATIVE_UINT16, H5T_STD_U16LE, 2}, data.data(), data.size(), dims,
                 row_chunk, Storage::raw_chunks);
+}
+void H5Writer::create_rows(const std::string& path, RowType type, std::int64_t rows, std::int64_t cols,
+                           std::int64_t row_chunk) {
+  require_open(file_, final_path_);
+  if (rows < 0 || cols < 0) throw std::invalid_argument("H5Writer: negative dimension for " + path);
+  const auto n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
+  write_dataset(file_, final_path_, path, row_type_spec(type), nullptr, n, {rows, cols}, row_chunk, Storage::raw_chunks);
 }
 void H5Writer::write(const std::string& path, const std::vector<double>& data, std::vector<std::int64_t> dims,
                      std::int64_t row_chunk) {
@@ -424,7 +450,7 @@ void H5Writer::set_attr(const std::string& object, const std::string& name, doub
   write_attr(file_, final_path_, object, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
 }
 
-void H5Writer::commit() {
+void H5Writer::close() {
   require_open(file_, final_path_);
   // Everything goes to disk in the flush, where a failure (disk full) leaves the file object intact
   // for the destructor to close; the close itself then has nothing left to write.
@@ -435,10 +461,108 @@ void H5Writer::commit() {
     g_close_failed = true;
     throw WriteError(final_path_, "the result file " + temp_path_ + " (closing it)", h5_detail());
   }
+}
+
+void H5Writer::commit() {
+  if (committed_) throw std::logic_error("H5Writer for " + final_path_ + " committed twice");
+  if (file_ >= 0) close();
   std::error_code ec;
   fs::rename(temp_path_, final_path_, ec);
   if (ec) throw WriteError(final_path_, "the result file (renaming " + temp_path_ + " into place)", ec.message());
   committed_ = true;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// H5RowWriter
+
+H5RowWriter::H5RowWriter(const std::string& temp_path, const std::string& final_path, bool parallel)
+    : final_path_(final_path), temp_path_(temp_path) {
+  silence_hdf5();
+  Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  if (parallel && H5Pset_fapl_mpio(fapl, MPI_COMM_WORLD, MPI_INFO_NULL) < 0)
+    throw WriteError(final_path_, "the result file " + temp_path_, "cannot use MPI-IO: " + h5_detail());
+  errno = 0;
+  const hid_t f = H5Fopen(temp_path_.c_str(), H5F_ACC_RDWR, fapl);
+  if (f < 0) {
+    throw WriteError(final_path_, "the result file " + temp_path_,
+                     "cannot open it on this rank (is the output directory on a file system every rank sees?): " +
+                         h5_detail());
+  }
+  file_ = f;
+}
+
+H5RowWriter::~H5RowWriter() {
+  close_dataset();
+  if (file_ >= 0 && H5Fclose(file_) < 0) g_close_failed = true;
+}
+
+void H5RowWriter::close_dataset() {
+  if (dataset_ >= 0) H5Dclose(dataset_);
+  dataset_ = -1;
+}
+
+void H5RowWriter::open(const std::string& dataset) {
+  close_dataset();
+  dataset_name_ = dataset;
+  const hid_t ds = H5Dopen2(file_, absolute_object(dataset).c_str(), H5P_DEFAULT);
+  if (ds < 0) throw WriteError(final_path_, dataset, "cannot open the dataset: " + h5_detail());
+  dataset_ = ds;
+  const Id space(H5Dget_space(ds), H5Sclose);
+  hsize_t dims[2] = {0, 0};
+  if (H5Sget_simple_extent_ndims(space) != 2 || H5Sget_simple_extent_dims(space, dims, nullptr) < 0)
+    throw WriteError(final_path_, dataset, "is not a 2-D dataset");
+  rows_ = static_cast<std::int64_t>(dims[0]);
+  cols_ = static_cast<std::int64_t>(dims[1]);
+}
+
+void H5RowWriter::write_raw(std::int64_t first_row, std::int64_t rows, std::int64_t mem_type, const void* data) {
+  if (dataset_ < 0) throw std::logic_error("H5RowWriter: write before open");
+  if (first_row < 0 || rows < 0 || first_row + rows > rows_) {
+    throw std::logic_error("H5RowWriter: rows " + std::to_string(first_row) + " + " + std::to_string(rows) +
+                           " outside " + dataset_name_ + " (" + std::to_string(rows_) + " rows)");
+  }
+  if (rows == 0 || cols_ == 0) return;
+  const Id file_space(H5Dget_space(dataset_), H5Sclose);
+  const hsize_t start[2] = {static_cast<hsize_t>(first_row), 0};
+  const hsize_t count[2] = {static_cast<hsize_t>(rows), static_cast<hsize_t>(cols_)};
+  const Id mem_space(H5Screate_simple(2, count, nullptr), H5Sclose);
+  errno = 0;
+  if (H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, nullptr, count, nullptr) < 0 ||
+      H5Dwrite(dataset_, mem_type, mem_space, file_space, H5P_DEFAULT, data) < 0) {
+    const int err = errno;
+    std::string reason = h5_detail();
+    // MPI-IO does not keep errno: a file system without room for these rows is said as such.
+    const std::size_t need = static_cast<std::size_t>(rows * cols_) * H5Tget_size(static_cast<hid_t>(mem_type));
+    struct statvfs st {};
+    const fs::path parent = fs::path(temp_path_).parent_path();
+    if (err != 0) {
+      reason = std::strerror(err) + (" (" + reason + ")");
+    } else if (::statvfs(parent.empty() ? "." : parent.c_str(), &st) == 0 &&
+               static_cast<std::size_t>(st.f_bavail) * st.f_frsize < need) {
+      reason = std::strerror(ENOSPC) + (": " + std::to_string(static_cast<std::size_t>(st.f_bavail) * st.f_frsize) +
+                                        " bytes free, these rows need " + std::to_string(need) + " (" + reason + ")");
+    }
+    throw WriteError(final_path_, dataset_name_ + " rows " + std::to_string(first_row) + " to " +
+                                     std::to_string(first_row + rows - 1),
+                     reason);
+  }
+}
+
+void H5RowWriter::write(std::int64_t first_row, std::int64_t rows, const float* data) {
+  write_raw(first_row, rows, H5T_NATIVE_FLOAT, data);
+}
+void H5RowWriter::write(std::int64_t first_row, std::int64_t rows, const std::uint16_t* data) {
+  write_raw(first_row, rows, H5T_NATIVE_UINT16, data);
+}
+
+void H5RowWriter::close() {
+  close_dataset();
+  if (file_ < 0) return;
+  const hid_t f = std::exchange(file_, -1);
+  if (H5Fclose(f) < 0) {
+    g_close_failed = true;
+    throw WriteError(final_path_, "the result file " + temp_path_ + " (closing it after the ranks' rows)", h5_detail());
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -648,19 +772,19 @@ std::vector<std::vector<float>> H5Reader::read_ragged_f32(const std::string& gro
 namespace {
 
 template <typename T>
-struct RowType;
+struct RowTraits;
 template <>
-struct RowType<float> {
+struct RowTraits<float> {
   static hid_t mem() { return H5T_NATIVE_FLOAT; }
   static constexpr H5T_class_t kClass = H5T_FLOAT;
 };
 template <>
-struct RowType<std::int64_t> {
+struct RowTraits<std::int64_t> {
   static hid_t mem() { return H5T_NATIVE_INT64; }
   static constexpr H5T_class_t kClass = H5T_INTEGER;
 };
 template <>
-struct RowType<std::uint16_t> {
+struct RowTraits<std::uint16_t> {
   static hid_t mem() { return H5T_NATIVE_UINT16; }
   static constexpr H5T_class_t kClass = H5T_INTEGER;
 };
@@ -671,7 +795,7 @@ template <typename T>
 H5Rows<T>::H5Rows(const H5Reader& file, const std::string& dataset, std::size_t block_bytes)
     : where_(where(file.path(), dataset)) {
   Id ds = open_dataset(file.file_, file.path(), dataset);
-  require_class(ds, where_, RowType<T>::kClass);
+  require_class(ds, where_, RowTraits<T>::kClass);
   const Id space(H5Dget_space(ds), H5Sclose);
   if (H5Sget_simple_extent_ndims(space) != 2) throw InputError(where_, "expected a 2-D dataset");
   hsize_t dims[2] = {0, 0};
@@ -709,7 +833,7 @@ const T* H5Rows<T>::row(std::int64_t r) {
     const Id mem_space(H5Screate_simple(2, count, nullptr), H5Sclose);
     if (!block_.empty() &&
         (H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, nullptr, count, nullptr) < 0 ||
-         H5Dread(dataset_, RowType<T>::mem(), mem_space, file_space, H5P_DEFAULT, block_.data()) < 0)) {
+         H5Dread(dataset_, RowTraits<T>::mem(), mem_space, file_space, H5P_DEFAULT, block_.data()) < 0)) {
       first_ = -1;
       loaded_ = 0;
       throw InputError(where_, "cannot read rows " + std::to_string(start[0]) + ".." +

@@ -62,10 +62,8 @@ bool LogProbRows16::consistent(std::int64_t vocab) const {
          values.size() == n * static_cast<std::size_t>(vocab);
 }
 
-void LogProbRows16::write(H5Writer& out, std::int64_t vocab) const {
+void LogProbRows16::write(H5Writer& out) const {
   const std::string g = kLogProbs16Group;
-  const auto n = static_cast<std::int64_t>(rows());
-  out.write_rows(g + "/values", values, {n, vocab}, /*row_chunk=*/4);
   out.write(g + "/scale", scale);
   out.write(g + "/min_log_prob", min_log_prob);
   out.write(g + "/top_id", top_id);

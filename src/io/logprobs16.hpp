@@ -25,6 +25,7 @@ inline constexpr std::uint16_t kLogProb16NotFinite = 65535;
 inline constexpr int kKeepFullLogits = -1;
 inline constexpr int kKeepLogProbs16 = -2;
 inline constexpr const char* kLogProbs16Group = "/logits/logprobs16";
+inline constexpr const char* kLogProbs16Values = "/logits/logprobs16/values";  // written by the ranks
 
 struct LogProbRows16 {
   std::vector<std::uint16_t> values;   // [rows, vocab]
@@ -56,9 +57,10 @@ struct LogProbRows16 {
     l.token_log_prob = r.get_vector<double>();
     return l;
   }
-  // The group kLogProbs16Group: values [rows, vocab] (uint16, chunked by 4 rows, raw), scale,
-  // min_log_prob, top_id, token_log_prob [rows], and an `encoding` attribute saying the formula.
-  void write(H5Writer& out, std::int64_t vocab) const;
+  // The group kLogProbs16Group: scale, min_log_prob, top_id, token_log_prob [rows] and an `encoding`
+  // attribute saying the formula. Its values [rows, vocab] (uint16, chunked by 4 rows, raw) are the
+  // ranks' to write (kLogProbs16Values, io/rank_rows.hpp): every rank holds its own.
+  void write(H5Writer& out) const;
 };
 
 // Row `q` of `vocab` entries decoded to log-probabilities (NaN where q is kLogProb16NotFinite).

@@ -27,17 +27,7 @@ std::string join_stop_ids(const std::vector<std::int64_t>& ids) {
   return s;
 }
 
-// Writes [rows, row_len] float32 rows given as one flat vector per sample (rows of all samples stacked).
-void write_step_logits(H5Writer& out, const std::string& path, const std::vector<std::vector<float>>& per_sample,
-                       std::int64_t row_len, bool whole_vocabulary) {
-  std::vector<float> flat;
-  for (const auto& v : per_sample) flat.insert(flat.end(), v.begin(), v.end());
-  const auto rows = row_len > 0 ? static_cast<std::int64_t>(flat.size()) / row_len : 0;
-  if (whole_vocabulary)
-    out.write_rows(path, flat, {rows, row_len}, /*row_chunk=*/4);
-  else
-    out.write(path, flat, {rows, row_len}, /*row_chunk=*/4);
-}
+constexpr const char* kStepLogits = "/logits/step_logits";
 
 // [validation] golden: the reference run's /generated/ids become each item's forced_ids. The file must
 // be a generate result over the same prompts, in the same order, tokenized to the same ids (so the
@@ -98,10 +88,11 @@ class GenerateFlow : public DecoderFlow {
     GenerationOptions o = generation_options(spec);
     Progress progress("prompts");
     if (report_progress) o.progress = std::ref(progress);
-    ResultRecords records(sink);
-    run_generation(*model_, shard_.items, o, shard_.stop_ids, shard_.pad_id, records.batch_done<GenerationResult>());
+    auto results = run_generation(*model_, shard_.items, o, shard_.stop_ids, shard_.pad_id,
+                                  journal_batches<GenerationResult>(sink));
     model_.reset();
-    return records.take();
+    for (auto& r : results) keep_rows(r.index, r);
+    return records_buffer_of(results);
   }
 
   void check_record(std::uint64_t index, const std::string& payload) const override {
@@ -122,10 +113,11 @@ class GenerateFlow : public DecoderFlow {
       throw std::runtime_error("the 16-bit log-probabilities are not one row of the vocabulary per generated token");
   }
 
-  void finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
-              Provenance prov) override {
+  FinishedFile finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
+                      Provenance prov) override {
     const std::size_t n = prompts_.size();
-    const std::vector<GenerationResult> res = read_gathered_records<GenerationResult>(gathered, n, "prompt");
+    std::vector<GenerationResult> res = read_gathered_records<GenerationResult>(gathered, n, "prompt");
+    for (std::size_t i = 0; i < n; ++i) keep_rows(i, res[i]);  // a journaled record's rows: rank 0 writes them
 
     std::vector<std::string> ids, texts, generated_text;
     std::vector<std::vector<std::int64_t>> generated, own;
@@ -133,7 +125,7 @@ class GenerateFlow : public DecoderFlow {
     std::vector<double> prefill, first, mean_all, mean_next, min_next, max_next, std_next, item_seconds;
     std::vector<std::int64_t> min_step, max_step;
     std::vector<std::vector<double>> step_seconds;
-    std::vector<std::vector<float>> full_rows, topk_values;
+    std::vector<std::vector<float>> topk_values;
     std::vector<std::vector<std::int64_t>> topk_ids;
     LogProbRows16 logprobs16;
     std::size_t total_new = 0, total_prompt = 0;
@@ -161,7 +153,6 @@ class GenerateFlow : public DecoderFlow {
       step_seconds.push_back(g.step_seconds);
       item_seconds.push_back(std::accumulate(g.step_seconds.begin(), g.step_seconds.end(), 0.0) /
                              static_cast<double>(std::max<std::int64_t>(1, g.batch_rows)));
-      full_rows.push_back(g.step_logits);
       topk_values.push_back(g.topk_logits);
       topk_ids.push_back(g.topk_ids);
       logprobs16.append(g.logprobs16);
@@ -187,15 +178,21 @@ class GenerateFlow : public DecoderFlow {
       out.set_attr("/", "teacher_forced", static_cast<std::int64_t>(1));
     }
     const std::int64_t vocab = model_vocab(res);
+    const std::vector<std::uint64_t> rows_per_prompt(n_generated.begin(), n_generated.end());
+    RowsLayout layout;
     if (spec.output.logits == LogitsMode::full) {
-      write_step_logits(out, "/logits/step_logits", full_rows, vocab, true);
+      layout.create(out, kStepLogits, RowType::f32, vocab, rows_per_prompt);
     } else if (spec.output.logits == LogitsMode::topk) {
-      write_step_logits(out, "/logits/topk/values", topk_values, spec.output.top_k, false);
-      std::vector<std::int64_t> flat;
-      for (const auto& v : topk_ids) flat.insert(flat.end(), v.begin(), v.end());
-      out.write("/logits/topk/indices", flat, {static_cast<std::int64_t>(total_new), spec.output.top_k});
+      std::vector<float> values;
+      std::vector<std::int64_t> indices;
+      for (const auto& v : topk_values) values.insert(values.end(), v.begin(), v.end());
+      for (const auto& v : topk_ids) indices.insert(indices.end(), v.begin(), v.end());
+      const auto rows = static_cast<std::int64_t>(total_new);
+      out.write("/logits/topk/values", values, {rows, spec.output.top_k}, /*row_chunk=*/4);
+      out.write("/logits/topk/indices", indices, {rows, spec.output.top_k});
     } else if (spec.output.logits == LogitsMode::logprobs16) {
-      logprobs16.write(out, vocab);
+      logprobs16.write(out);
+      layout.create(out, kLogProbs16Values, RowType::u16, vocab, rows_per_prompt);
     }
     if (spec.output.logits != LogitsMode::none) {
       // rows of sample i are [step_offsets[i], step_offsets[i+1]) in the logits datasets
@@ -221,9 +218,9 @@ class GenerateFlow : public DecoderFlow {
     for (const auto& v : step_seconds) steps_f.emplace_back(v.begin(), v.end());
     out.write_ragged("/timing/step_seconds", steps_f);
     write_timing(out, times, item_seconds, n, total_new, n);
-    out.commit();
     log().info("generate: {} prompts, {} new tokens ({} stopped at EOS)", n, total_new,
                std::count(stopped.begin(), stopped.end(), 1));
+    return {std::move(out), std::move(layout)};
   }
 
  protected:
@@ -289,6 +286,14 @@ class GenerateFlow : public DecoderFlow {
     o.no_early_termination = spec.task.no_early_termination;
     o.keep_logits = keep_logits(spec);
     return o;
+  }
+
+  // The record's vocabulary-wide rows go to rank_rows(), out of the record.
+  void keep_rows(std::uint64_t index, GenerationResult& r) {
+    if (!r.step_logits.empty()) rows_.add(kStepLogits, index, std::move(r.step_logits));
+    if (!r.logprobs16.values.empty()) rows_.add(kLogProbs16Values, index, std::move(r.logprobs16.values));
+    r.step_logits.clear();
+    r.logprobs16.values.clear();
   }
 
   static std::int64_t model_vocab(const std::vector<GenerationResult>& res) {

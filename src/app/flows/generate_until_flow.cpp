@@ -75,8 +75,8 @@ class GenerateUntilFlow : public DecoderFlow {
     if (g.own_ids.size() != g.generated_ids.size()) throw std::runtime_error("generated and chosen tokens differ in number");
   }
 
-  void finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
-              Provenance prov) override {
+  FinishedFile finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
+                      Provenance prov) override {
     const std::size_t n = docs_.size();
     const auto res = read_gathered_records<GenerationResult>(gathered, n, "document");
     const std::size_t n_filters = scoring_.filters.size();
@@ -144,6 +144,7 @@ class GenerateUntilFlow : public DecoderFlow {
     write_lm_eval_outputs(spec, lm_eval_results_json(lm_eval_run_info(spec, task_, n_original_), "generate_until", n, metrics),
                           sample_lines);
     log().info("generate_until {}: {} documents, exact match {}", task_.name, n, summary);
+    return {};
   }
 
  protected:

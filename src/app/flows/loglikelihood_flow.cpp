@@ -108,8 +108,8 @@ class LoglikelihoodFlow : public DecoderFlow {
     }
   }
 
-  void finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
-              Provenance prov) override {
+  FinishedFile finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
+                      Provenance prov) override {
     const std::size_t n = texts_.size();
     const std::vector<LoglikScore> res = read_gathered_records<LoglikScore>(gathered, n, "request");
     std::vector<std::string> ids;
@@ -181,6 +181,7 @@ class LoglikelihoodFlow : public DecoderFlow {
       log().info("loglikelihood: {} requests, {} greedy, mean log-likelihood {:.4f}", n, n_greedy,
                  sum / static_cast<double>(n));
     }
+    return {};
   }
 
  protected:

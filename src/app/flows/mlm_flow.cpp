@@ -40,20 +40,33 @@ MlmData read_mlm(const RunSpec& spec, const EncoderTokenizer& tokenizer) {
   return p;
 }
 
-// rank 0: the gathered mask scores -> fill-ins, accuracy and the result file.
-void finish_mlm(const RunSpec& spec, const MlmData& p, const EncoderTokenizer& tokenizer,
-                const std::vector<std::string>& gathered, RunTimes& times, Provenance prov, std::int64_t vocab) {
+constexpr const char* kMaskLogits = "/logits/mask_logits";
+
+// A sample's full logits rows (output.logits = "full") go to `rows`, out of its record.
+void keep_rows(std::uint64_t index, MlmItemScores& s, RankRows& rows) {
+  std::vector<float> flat;
+  for (auto& m : s.masks) {
+    flat.insert(flat.end(), m.full_row.begin(), m.full_row.end());
+    m.full_row.clear();
+  }
+  if (!flat.empty()) rows.add(kMaskLogits, index, std::move(flat));
+}
+
+// rank 0: the gathered mask scores -> fill-ins, accuracy and the result file (journaled full rows go
+// to `rows`, rank 0's to write).
+FinishedFile finish_mlm(const RunSpec& spec, const MlmData& p, const EncoderTokenizer& tokenizer,
+                        const std::vector<std::string>& gathered, RunTimes& times, Provenance prov, std::int64_t vocab,
+                        RankRows& rows) {
   const std::size_t ns = p.features.size();
   std::vector<std::vector<MaskTopK>> topk(ns);
-  std::vector<std::vector<std::vector<float>>> full_rows(ns);
   std::vector<double> item_seconds(ns, 0.0);
   auto scores = read_gathered_records<MlmItemScores>(gathered, ns, "sample");
+  std::vector<std::uint64_t> masks_per_sample;
   for (std::size_t i = 0; i < ns; ++i) {
+    keep_rows(i, scores[i], rows);
     item_seconds[i] = scores[i].seconds;
-    for (auto& m : scores[i].masks) {
-      topk[i].push_back(std::move(m.top));
-      if (!m.full_row.empty()) full_rows[i].push_back(std::move(m.full_row));
-    }
+    masks_per_sample.push_back(scores[i].masks.size());
+    for (auto& m : scores[i].masks) topk[i].push_back(std::move(m.top));
   }
   for (double s : item_seconds) times.model_total += s;
 
@@ -63,7 +76,6 @@ void finish_mlm(const RunSpec& spec, const MlmData& p, const EncoderTokenizer& t
   std::vector<float> pred_scores;
   std::vector<std::string> pred_tokens, filled, targets;
   std::vector<double> lse;
-  std::vector<std::vector<float>> all_rows;
   std::vector<std::vector<std::int64_t>> ids, positions;
   std::vector<std::string> texts;
   std::size_t tokens = 0, masks = 0, with_target = 0, correct = 0;
@@ -89,7 +101,6 @@ void finish_mlm(const RunSpec& spec, const MlmData& p, const EncoderTokenizer& t
       }
       ++masks;
     }
-    for (auto& row : full_rows[i]) all_rows.push_back(std::move(row));
     filled.push_back(fill_masks(f, preds, tokenizer));
     ids.push_back(f.input_ids);
     positions.push_back(f.mask_positions);
@@ -108,11 +119,9 @@ void finish_mlm(const RunSpec& spec, const MlmData& p, const EncoderTokenizer& t
   out.write_strings("/masks/target", targets);
   const auto M = static_cast<std::int64_t>(masks);
   out.write("/logits/logsumexp", lse);
+  RowsLayout layout;
   if (spec.output.logits == LogitsMode::full) {
-    std::vector<float> flat;
-    flat.reserve(static_cast<std::size_t>(M * vocab));
-    for (const auto& row : all_rows) flat.insert(flat.end(), row.begin(), row.end());
-    out.write_rows("/logits/mask_logits", flat, {M, vocab}, /*row_chunk=*/4);
+    layout.create(out, kMaskLogits, RowType::f32, vocab, masks_per_sample);
   } else if (spec.output.logits == LogitsMode::topk) {
     std::vector<float> values;
     std::vector<std::int64_t> indices;
@@ -140,13 +149,13 @@ void finish_mlm(const RunSpec& spec, const MlmData& p, const EncoderTokenizer& t
     out.set_attr("/metrics", "accuracy", 100.0 * static_cast<double>(correct) / static_cast<double>(with_target));
   }
   write_timing(out, times, item_seconds, ns, tokens, ns);
-  out.commit();
   if (with_target > 0) {
     log().info("mlm: {} samples, {} masks: top-1 accuracy {:.2f}%", ns, masks,
                100.0 * static_cast<double>(correct) / static_cast<double>(with_target));
   } else {
     log().info("mlm: {} samples, {} masks (no targets given: no accuracy)", ns, masks);
   }
+  return {std::move(out), std::move(layout)};
 }
 
 class MlmFlow : public EncoderFlow {
@@ -162,11 +171,12 @@ class MlmFlow : public EncoderFlow {
 
   std::string run(const RunSpec& spec, bool report_progress, const ItemSink& sink) override {
     Progress progress("features");
-    ResultRecords records(sink);
+    ResultRecords records(ItemSink{});  // what rank 0 gets; the sink (journal) gets whole records
     const bool full = spec.output.logits == LogitsMode::full;
     const int k = std::max(spec.task.top_k, spec.output.logits == LogitsMode::topk ? spec.output.top_k : 0);
     run_mlm_items(*model_, items_, batch_options(spec, report_progress, progress),
                   [&](const std::vector<MlmItemResult>& results, const std::vector<std::size_t>& done) {
+                    FinishedItems journaled;
                     for (std::size_t i : done) {
                       const auto& r = results[i];
                       MlmItemScores s;
@@ -177,17 +187,20 @@ class MlmFlow : public EncoderFlow {
                         if (full) mask.full_row.assign(row, row + vocab_);
                         s.masks.push_back(std::move(mask));
                       }
+                      if (sink) journaled.emplace_back(r.index, to_bytes(s));
+                      keep_rows(r.index, s, rows_);
                       records.add(r.index, s);
                     }
+                    if (sink) sink(journaled);
                     records.end_batch();
                   });
     release();
     return records.take();
   }
 
-  void finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
-              Provenance prov) override {
-    finish_mlm(spec, data_, *tokenizer_, gathered, times, prov, vocab_);
+  FinishedFile finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
+                      Provenance prov) override {
+    return finish_mlm(spec, data_, *tokenizer_, gathered, times, prov, vocab_, rows_);
   }
 
   void check_record(std::uint64_t index, const std::string& payload) const override {

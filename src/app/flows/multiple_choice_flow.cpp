@@ -65,8 +65,8 @@ class MultipleChoiceFlow : public DecoderFlow {
     }
   }
 
-  void finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
-              Provenance prov) override {
+  FinishedFile finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
+                      Provenance prov) override {
     const std::size_t n = docs_.size();
     const auto res = read_gathered_records<McDocScores>(gathered, n, "document");
     std::vector<McDecision> decisions;
@@ -146,6 +146,7 @@ class MultipleChoiceFlow : public DecoderFlow {
     write_lm_eval_outputs(spec, lm_eval_results_json(lm_eval_run_info(spec, task_, n_original_), m), samples);
     log().info("multiple_choice {}: {} documents, acc {:.4f} +- {:.4f}, acc_norm {:.4f} +- {:.4f}", task_.name, n, m.acc,
                m.acc_stderr, m.acc_norm, m.acc_norm_stderr);
+    return {};
   }
 
  protected:

@@ -15,6 +15,8 @@
 namespace evalrun {
 namespace {
 
+constexpr const char* kFullLogits = "/logits/full";
+
 int context_length_of(const RunSpec& spec) {
   int context = spec.task.context_length;
   if (context == 0) {
@@ -35,10 +37,10 @@ class PerplexityFlow : public DecoderFlow {
     o.keep_logits = keep_logits(spec);
     Progress progress("windows");
     if (report_progress) o.progress = std::ref(progress);
-    ResultRecords records(sink);
-    score_perplexity_windows(*model_, tokens_, windows_, o, records.batch_done<WindowScores>());
+    auto scores = score_perplexity_windows(*model_, tokens_, windows_, o, journal_batches<WindowScores>(sink));
     model_.reset();
-    return records.take();
+    for (auto& s : scores) keep_rows(s.index, s);
+    return records_buffer_of(scores);
   }
 
   void check_record(std::uint64_t index, const std::string& payload) const override {
@@ -58,20 +60,22 @@ class PerplexityFlow : public DecoderFlow {
       throw std::runtime_error("the 16-bit log-probabilities are not one row of the vocabulary per scored token");
   }
 
-  void finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
-              Provenance prov) override {
+  FinishedFile finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
+                      Provenance prov) override {
     const std::size_t nw = all_windows_.size();
-    const std::vector<WindowScores> by_window = read_gathered_records<WindowScores>(gathered, nw, "window");
+    std::vector<WindowScores> by_window = read_gathered_records<WindowScores>(gathered, nw, "window");
+    for (std::size_t i = 0; i < nw; ++i) keep_rows(i, by_window[i]);  // a journaled record's rows: rank 0 writes them
     // windows are in stream order and score disjoint ranges, so concatenation is position order
     std::vector<std::int64_t> positions, topk_ids;
     std::vector<double> log_probs, item_seconds;
-    std::vector<float> logits, topk_logits;
+    std::vector<float> topk_logits;
+    std::vector<std::uint64_t> rows_per_window;
     LogProbRows16 logprobs16;
     std::int64_t vocab = 0;
     for (const auto& s : by_window) {
       positions.insert(positions.end(), s.positions.begin(), s.positions.end());
       log_probs.insert(log_probs.end(), s.log_probs.begin(), s.log_probs.end());
-      logits.insert(logits.end(), s.logits.begin(), s.logits.end());
+      rows_per_window.push_back(s.positions.size());
       topk_ids.insert(topk_ids.end(), s.topk_ids.begin(), s.topk_ids.end());
       topk_logits.insert(topk_logits.end(), s.topk_logits.begin(), s.topk_logits.end());
       logprobs16.append(s.logprobs16);
@@ -98,13 +102,15 @@ class PerplexityFlow : public DecoderFlow {
     out.write("/windows/score_from", ws);
     out.write("/scores/position", positions);
     out.write("/scores/log_prob", log_probs);
+    RowsLayout layout;
     if (spec.output.logits == LogitsMode::full) {
-      out.write_rows("/logits/full", logits, {scored, vocab}, /*row_chunk=*/4);
+      layout.create(out, kFullLogits, RowType::f32, vocab, rows_per_window);
     } else if (spec.output.logits == LogitsMode::topk) {
       out.write("/logits/topk/values", topk_logits, {scored, spec.output.top_k});
       out.write("/logits/topk/indices", topk_ids, {scored, spec.output.top_k});
     } else if (spec.output.logits == LogitsMode::logprobs16) {
-      logprobs16.write(out, vocab);
+      logprobs16.write(out);
+      layout.create(out, kLogProbs16Values, RowType::u16, vocab, rows_per_window);
     }
     out.create_group("/metrics");
     out.set_attr("/metrics", "perplexity", sum.perplexity);
@@ -116,9 +122,9 @@ class PerplexityFlow : public DecoderFlow {
     out.set_attr("/metrics", "context_length", static_cast<std::int64_t>(context_));
     out.set_attr("/metrics", "stride", static_cast<std::int64_t>(spec.task.stride == 0 ? context_ : spec.task.stride));
     write_timing(out, times, item_seconds, nw, tokens_.size(), 1);
-    out.commit();
     log().info("perplexity: {:.4f} ± {:.4f} over {} tokens ({} windows)", sum.perplexity, sum.perplexity_stderr,
                sum.n_scored, nw);
+    return {std::move(out), std::move(layout)};
   }
 
  protected:
@@ -169,6 +175,14 @@ class PerplexityFlow : public DecoderFlow {
   }
 
  private:
+  // The record's vocabulary-wide rows go to rank_rows(), out of the record.
+  void keep_rows(std::uint64_t index, WindowScores& s) {
+    if (!s.logits.empty()) rows_.add(kFullLogits, index, std::move(s.logits));
+    if (!s.logprobs16.values.empty()) rows_.add(kLogProbs16Values, index, std::move(s.logprobs16.values));
+    s.logits.clear();
+    s.logprobs16.values.clear();
+  }
+
   // rank 0
   std::vector<PerplexityWindow> all_windows_;
   // every rank

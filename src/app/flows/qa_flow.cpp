@@ -202,9 +202,10 @@ class QaFlow : public EncoderFlow {
     return records.take();
   }
 
-  void finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
-              Provenance prov) override {
+  FinishedFile finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
+                      Provenance prov) override {
     finish_qa(spec, data_, gathered, times, prov);
+    return {};
   }
 
   void check_record(std::uint64_t index, const std::string& payload) const override {

@@ -2,6 +2,7 @@
 // log-softmax (computed here in long double), the exact argmax and token log-prob beside each row,
 // non-finite logits marked, and the record and the HDF5 group read back as written.
 #include "io/logprobs16.hpp"
+#include "io/rank_rows.hpp"
 
 #include <gtest/gtest.h>
 
@@ -132,8 +133,16 @@ TEST(LogProbs16, RecordAndResultFileReadBackAsWritten) {
   const auto dir = evalrun::testing::make_temp_dir("logprobs16");
   const auto path = (dir / "r.h5").string();
   {
+    // as a run writes it: the small arrays by rank 0, the values rows of each item by its rank
     H5Writer out(path);
-    all.write(out, vocab);
+    all.write(out);
+    RowsLayout layout;
+    layout.create(out, kLogProbs16Values, RowType::u16, vocab, {5, 4});
+    out.close();
+    RankRows rows;
+    rows.add(kLogProbs16Values, 1, b.values);
+    rows.add(kLogProbs16Values, 0, a.values);
+    rows.write(RowsLayout::from_bytes(layout.to_bytes()), /*parallel=*/false);
     out.commit();
   }
   H5Reader f(path);
