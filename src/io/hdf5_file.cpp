@@ -278,11 +278,11 @@ void require_open(std::int64_t file, const std::string& final_path) {
   if (file < 0) throw std::logic_error("H5Writer for " + final_path + " used after commit()");
 }
 
-// Creates the dataset and writes `data` (nullptr: its file space is allocated and left unwritten, for
-// H5RowWriter; parallel HDF5 writes only into allocated chunks).
+// Creates the dataset and writes `data`; `allocate_only`: its file space is allocated and left
+// unwritten instead, for H5RowWriter (parallel HDF5 writes only into allocated chunks).
 void write_dataset(hid_t file, const std::string& final_path, const std::string& path, const DatasetSpec& spec,
                    const void* data, std::size_t n, const std::vector<std::int64_t>& dims, std::int64_t row_chunk,
-                   Storage storage) {
+                   Storage storage, bool allocate_only = false) {
   const auto hdims = checked_dims(path, n, dims);
   Id space(H5Screate_simple(static_cast<int>(hdims.size()), hdims.data(), nullptr), H5Sclose);
   if (!space.ok()) write_fail(final_path, path, "cannot create dataspace");
@@ -293,13 +293,13 @@ void write_dataset(hid_t file, const std::string& final_path, const std::string&
         (storage == Storage::deflate && (H5Pset_shuffle(dcpl) < 0 || H5Pset_deflate(dcpl, 4) < 0)))
       write_fail(final_path, path, "cannot set chunking/compression");
   }
-  if (data == nullptr && (H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) < 0 ||
+  if (allocate_only && (H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) < 0 ||
                           H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0))
     write_fail(final_path, path, "cannot set early allocation");
   const Id lcpl = make_lcpl();
   Id ds(H5Dcreate2(file, path.c_str(), spec.file_type, space, lcpl, dcpl, H5P_DEFAULT), H5Dclose);
   if (!ds.ok()) write_fail(final_path, path, "cannot create dataset");
-  if (data != nullptr && n > 0 && H5Dwrite(ds, spec.mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+  if (!allocate_only && n > 0 && H5Dwrite(ds, spec.mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
     write_fail(final_path, path, "cannot write dataset");
 }
 
@@ -346,7 +346,8 @@ void H5Writer::create_rows(const std::string& path, RowType type, std::int64_t r
   require_open(file_, final_path_);
   if (rows < 0 || cols < 0) throw std::invalid_argument("H5Writer: negative dimension for " + path);
   const auto n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
-  write_dataset(file_, final_path_, path, row_type_spec(type), nullptr, n, {rows, cols}, row_chunk, Storage::raw_chunks);
+  write_dataset(file_, final_path_, path, row_type_spec(type), nullptr, n, {rows, cols}, row_chunk, Storage::raw_chunks,
+                /*allocate_only=*/true);
 }
 void H5Writer::write(const std::string& path, const std::vector<double>& data, std::vector<std::int64_t> dims,
                      std::int64_t row_chunk) {

@@ -273,6 +273,42 @@ TEST_F(H5Test, UncommittedWriterLeavesPreviousFileUntouched) {
   EXPECT_EQ(entries, 1u);
 }
 
+TEST_F(H5Test, RowsCreatedByTheWriterAreFilledAfterItClosesAndCommitted) {
+  const auto path = dir_ / "rows.h5";
+  H5Writer w(path.string());
+  w.write_strings("/empty_strings", {});  // an empty dataset is written, not merely allocated
+  w.create_rows("/big", RowType::f32, 9, 1000);
+  w.create_rows("/none", RowType::u16, 0, 1000);
+  w.close();
+  EXPECT_TRUE(fs::exists(w.temp_path()));
+  EXPECT_FALSE(fs::exists(path));
+  {
+    H5RowWriter rows(w.temp_path(), path.string(), /*parallel=*/false);
+    rows.open("/big");
+    EXPECT_EQ(rows.rows(), 9);
+    EXPECT_EQ(rows.cols(), 1000);
+    std::vector<float> tail(4 * 1000), head(5 * 1000);
+    for (std::size_t i = 0; i < tail.size(); ++i) tail[i] = static_cast<float>(i) + 0.5F;
+    for (std::size_t i = 0; i < head.size(); ++i) head[i] = -static_cast<float>(i);
+    rows.write(5, 4, tail.data());  // out of order, as ranks do
+    rows.write(0, 5, head.data());
+    EXPECT_THROW(rows.write(8, 2, tail.data()), std::logic_error);  // past the last row
+    rows.open("/none");
+    EXPECT_EQ(rows.rows(), 0);
+    rows.close();
+  }
+  w.commit();
+  H5Reader r(path.string());
+  EXPECT_EQ(r.shape("/big"), (std::vector<std::int64_t>{9, 1000}));
+  const auto big = r.read_f32("/big");
+  EXPECT_EQ(big[0], 0.0F);
+  EXPECT_EQ(big[4 * 1000 + 999], -4999.0F);
+  EXPECT_EQ(big[5 * 1000], 0.5F);
+  EXPECT_EQ(big[9 * 1000 - 1], 3999.5F);
+  EXPECT_EQ(r.shape("/none"), (std::vector<std::int64_t>{0, 1000}));
+  EXPECT_TRUE(r.read_strings("/empty_strings").empty());
+}
+
 TEST_F(H5Test, WriterMisuseThrows) {
   H5Writer w((dir_ / "m.h5").string());
   EXPECT_THROW(w.write("/x", std::vector<float>{1, 2, 3}, {2, 2}), std::invalid_argument);
