@@ -17,6 +17,7 @@
 
 #include "common/errors.hpp"
 #include "io/safetensors.hpp"
+#include "ops/activations.hpp"
 #include "ops/gemm.hpp"
 #include "model/llama.hpp"
 #include "fixtures/make_model.hpp"
@@ -219,6 +220,30 @@ std::vector<float> torch_path_logits(const std::string& dir, const std::vector<s
   auto slow = LlamaModel::load({dir, DType::fp32, Device::cpu});
   ops::set_onednn_sgemm_enabled(true);
   return model_logits(*slow, ids);
+}
+
+// The fast path's activations against torch's own (gelu "tanh", silu): one row wide enough to be
+// split over the threads, and several rows with a row stride wider than the row.
+TEST(ActivationRows, MatchTorchForOneRowAndStridedRows) {
+  at::set_num_threads(2);
+  for (const std::int64_t rows : {1, 5}) {
+    const std::int64_t n = 3072, ld = rows == 1 ? n : n + 7;
+    const torch::Tensor x = torch::randn({rows, ld}) * 4;  // |x| up to ~16: both tails of the curves
+    torch::Tensor got = x.clone();
+    ops::gelu_tanh_rows(got.data_ptr<float>(), rows, n, ld);
+    const torch::Tensor want = torch::gelu(x.narrow(1, 0, n), "tanh");
+    EXPECT_LT((got.narrow(1, 0, n) - want).abs().max().item<float>(), 1e-5f) << rows << " rows";
+    EXPECT_TRUE(torch::equal(got.narrow(1, n, ld - n), x.narrow(1, n, ld - n))) << "wrote past n";
+
+    const torch::Tensor gu = torch::randn({rows, 2 * n}) * 4;
+    torch::Tensor out = torch::empty({rows, n});
+    ops::gated_activation_rows(gu.data_ptr<float>(), out.data_ptr<float>(), rows, n, ops::GateActivation::silu);
+    const torch::Tensor silu = torch::silu(gu.narrow(1, 0, n)) * gu.narrow(1, n, n);
+    EXPECT_LT((out - silu).abs().max().item<float>(), 1e-4f) << rows << " rows";
+    ops::gated_activation_rows(gu.data_ptr<float>(), out.data_ptr<float>(), rows, n, ops::GateActivation::gelu_tanh);
+    const torch::Tensor gelu = torch::gelu(gu.narrow(1, 0, n), "tanh") * gu.narrow(1, n, n);
+    EXPECT_LT((out - gelu).abs().max().item<float>(), 1e-4f) << rows << " rows";
+  }
 }
 
 TEST_F(TinyLlama, MakeModelWritesLoadableDeterministicCheckpoints) {
