@@ -14,6 +14,8 @@ std::string CalibrationSet::serialize() const {
   w.put<std::int64_t>(examples);
   w.put<std::uint64_t>(sequences.size());
   for (const auto& s : sequences) w.put_vector(s);
+  w.put<std::uint64_t>(type_ids.size());
+  for (const auto& t : type_ids) w.put_vector(t);
   return w.take();
 }
 
@@ -25,6 +27,8 @@ CalibrationSet CalibrationSet::deserialize(const std::string& bytes) {
   c.examples = r.get<std::int64_t>();
   c.sequences.resize(r.get<std::uint64_t>());
   for (auto& s : c.sequences) s = r.get_vector<std::int64_t>();
+  c.type_ids.resize(r.get<std::uint64_t>());
+  for (auto& t : c.type_ids) t = r.get_vector<std::int64_t>();
   return c;
 }
 
@@ -62,9 +66,12 @@ std::vector<quant::QuantizedSite> quantize_int8(Model& model, const CalibrationS
                        "no calibration inputs: the data set '" + calibration.dataset + "' gave no sequences");
     }
     std::size_t tokens = 0;
-    for (const auto& s : calibration.sequences) {
+    for (std::size_t i = 0; i < calibration.sequences.size(); ++i) {
+      const auto& s = calibration.sequences[i];
+      const bool typed = i < calibration.type_ids.size() && !calibration.type_ids[i].empty();
       // One sequence at a time, unpadded: the statistics do not depend on batch size or padding.
-      model.calibration_pass(s.data(), 1, static_cast<std::int64_t>(s.size()));
+      model.calibration_pass(s.data(), typed ? calibration.type_ids[i].data() : nullptr, 1,
+                             static_cast<std::int64_t>(s.size()));
       tokens += s.size();
     }
     log().info("int8: calibrated on {} examples of {} ({} sequences, {} tokens)", calibration.examples,

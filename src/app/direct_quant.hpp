@@ -4,7 +4,7 @@
 //
 // Calibration runs the model on the first quantization.calibration_samples examples of
 // quantization.calibration_dataset (default task.dataset), prepared like the task's own inputs
-// (tokenizer, max_seq_length / doc_stride windows, prompt template), one sequence at a time without
+// (tokenizer, max_seq_length / doc_stride windows, prompt template, token types), one sequence at a time without
 // padding, so the statistics do not depend on the batch size or on padding. Settings that need no
 // statistics (per_token activations without SmoothQuant) skip it.
 #pragma once
@@ -24,6 +24,9 @@ struct CalibrationSet {
   std::string dataset;           // as configured ("" when the settings need no calibration)
   std::int64_t examples = 0;     // data set examples used (each may give several sequences)
   std::vector<std::vector<std::int64_t>> sequences;  // token ids, unpadded
+  // Per sequence, its token types as the task feeds them (BERT pairs: 0 question, 1 context), or
+  // empty: all 0 (decoders, single-segment encoders). Either empty or one per sequence.
+  std::vector<std::vector<std::int64_t>> type_ids;
 
   std::string serialize() const;
   static CalibrationSet deserialize(const std::string& bytes);

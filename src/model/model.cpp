@@ -36,12 +36,15 @@ std::size_t Model::weight_bytes() const {
 }
 
 // The projections' inputs are the same whether or not a head runs after the layers.
-void EncoderModel::calibration_pass(const std::int64_t* ids, std::int64_t batch, std::int64_t seq) {
+void EncoderModel::calibration_pass(const std::int64_t* ids, const std::int64_t* type_ids, std::int64_t batch,
+                                    std::int64_t seq) {
   const std::vector<std::int64_t> mask(static_cast<std::size_t>(batch * seq), 1);
-  hidden_states(ids, mask.data(), batch, seq);
+  hidden_states(ids, mask.data(), type_ids, batch, seq);
 }
 
-void CausalLM::calibration_pass(const std::int64_t* ids, std::int64_t batch, std::int64_t seq) {
+// Decoders have no token types.
+void CausalLM::calibration_pass(const std::int64_t* ids, const std::int64_t* /*type_ids*/, std::int64_t batch,
+                                std::int64_t seq) {
   hidden_states(ids, batch, seq);
 }
 

@@ -74,8 +74,11 @@ class Model {
   std::size_t weight_bytes() const;
 
   // Runs `batch` unpadded rows of `seq` tokens through every layer, outputs discarded: the
-  // calibration passes of quantization (direct INT8 statistics, static FP8 scales).
-  virtual void calibration_pass(const std::int64_t* ids, std::int64_t batch, std::int64_t seq) = 0;
+  // calibration passes of quantization (direct INT8 statistics, static FP8 scales). type_ids: the
+  // rows' token types as the task feeds them (BERT's question / context pairs), or nullptr for all 0;
+  // a model without token types ignores them.
+  virtual void calibration_pass(const std::int64_t* ids, const std::int64_t* type_ids, std::int64_t batch,
+                                std::int64_t seq) = 0;
 
  protected:
   // The architecture's loaded state (model/weights.hpp), which answers the five questions above.
@@ -125,7 +128,8 @@ class EncoderModel : public Model {
     return hidden_states(ids, mask, nullptr, batch, seq);
   }
 
-  void calibration_pass(const std::int64_t* ids, std::int64_t batch, std::int64_t seq) override;
+  void calibration_pass(const std::int64_t* ids, const std::int64_t* type_ids, std::int64_t batch,
+                        std::int64_t seq) override;
 };
 
 // The key/value cache of one batch: `batch` rows, room for `capacity` positions per row. Made by
@@ -163,7 +167,8 @@ class CausalLM : public Model {
   virtual std::vector<std::vector<float>> hidden_states(const std::int64_t* ids, std::int64_t batch,
                                                         std::int64_t seq) = 0;
 
-  void calibration_pass(const std::int64_t* ids, std::int64_t batch, std::int64_t seq) override;
+  void calibration_pass(const std::int64_t* ids, const std::int64_t* type_ids, std::int64_t batch,
+                        std::int64_t seq) override;
 
   // quantization.lm_head = "int8": the output projection becomes INT8 W8A8 (per-channel symmetric
   // weights, per-token dynamic activations, as quantization.direct does the projections), in memory.

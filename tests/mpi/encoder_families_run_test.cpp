@@ -151,7 +151,7 @@ class EncoderFamiliesRun : public ::testing::Test {
 TEST_F(EncoderFamiliesRun, BertQaOnOneTwoRanksAndTensorParallelMatchesHuggingFace) { qa_layouts("bert-qa"); }
 
 // Direct INT8 (per-channel weights, per-token activations, SmoothQuant calibrated on the task's own
-// features' ids; the calibration pass feeds token type 0 throughout) on 2 ranks: every projection of
+// features, their token types included) on 2 ranks: every projection of
 // the BERT encoder quantized, logits close to transformers' float ones.
 TEST_F(EncoderFamiliesRun, BertQaDirectInt8OnTwoRanksStaysCloseToHuggingFace) {
   const std::string config = qa_config("bert-qa"), oracle = data_ + "/oracle/bert-qa";

@@ -50,7 +50,7 @@ class EncoderFlow : public TaskFlow {
 // A run config for preparing calibration inputs: the calibration data set and its first
 // quantization.calibration_samples examples.
 RunSpec calibration_spec(const RunSpec& spec);
-// The calibration set of an encoder task: its items' token ids.
+// The calibration set of an encoder task: its items' token ids and token types.
 CalibrationSet encoder_calibration(const std::vector<EncoderItem>& items, const std::string& dataset,
                                    std::size_t examples);
 // The calibration set of an encoder task whose data `read` prepares (its `items` and `sample_ids`):

@@ -815,5 +815,52 @@ TEST_F(TinyRobertaInt8, WrittenCheckpointLoadsAsTheSameModel) {
   expect_input_error([&] { RobertaModel::load({out.string(), DType::bf16, Device::cpu}); }, "model.dtype");
 }
 
+
+// BERT's calibration sees the token types the task feeds: the first projection's input (the
+// embeddings after their LayerNorm, hidden_states[0]) observed through calibration_pass with a
+// question / context pair's type ids has exactly that forward's per-channel min / max, which the
+// same ids with all types 0 do not give.
+TEST_F(TinyRobertaInt8, BertCalibrationSeesTheTokenTypesItIsGiven) {
+  const fs::path dir = *root_ / "bert-qa";
+  make_roberta_checkpoint(dir.string(), "tiny-bert", EncoderHead::question_answering, 5, kVocab);
+  auto model = RobertaModel::load({dir.string(), DType::fp32, Device::cpu});
+  ASSERT_TRUE(model->uses_token_types());
+  const auto ids = sequence(16, 3);
+  std::vector<std::int64_t> types(ids.size(), 0);
+  std::fill(types.begin() + 6, types.end(), 1);  // [CLS] q(4) [SEP] | context [SEP]
+  const auto n = static_cast<std::int64_t>(ids.size());
+  auto observed = [&](const std::int64_t* type_ids) {
+    auto replace = [&](std::size_t i, quant::LinearPtr l) { return model->replace_linear(i, std::move(l)); };
+    return quant::observe_sites(model->linear_sites(), replace,
+                                [&] { model->calibration_pass(ids.data(), type_ids, 1, n); })[0];
+  };
+  auto channel_range = [&](const std::int64_t* type_ids) {
+    const std::vector<std::int64_t> mask(ids.size(), 1);
+    const std::vector<float> h = model->hidden_states(ids.data(), mask.data(), type_ids, 1, n)[0];
+    const std::size_t H = h.size() / ids.size();
+    quant::ChannelStats want;
+    want.min.assign(H, INFINITY);
+    want.max.assign(H, -INFINITY);
+    for (std::size_t t = 0; t < ids.size(); ++t) {
+      for (std::size_t j = 0; j < H; ++j) {
+        want.min[j] = std::min(want.min[j], h[t * H + j]);
+        want.max[j] = std::max(want.max[j], h[t * H + j]);
+      }
+    }
+    return want;
+  };
+  const quant::ChannelStats typed = observed(types.data()), want = channel_range(types.data());
+  EXPECT_EQ(typed.rows, n);
+  ASSERT_EQ(typed.max.size(), want.max.size());
+  for (std::size_t j = 0; j < want.max.size(); ++j) {
+    EXPECT_NEAR(typed.min[j], want.min[j], 1e-6F) << "channel " << j;
+    EXPECT_NEAR(typed.max[j], want.max[j], 1e-6F) << "channel " << j;
+  }
+  const quant::ChannelStats zero = observed(nullptr);
+  float moved = 0;
+  for (std::size_t j = 0; j < want.max.size(); ++j) moved = std::max(moved, std::fabs(zero.max[j] - typed.max[j]));
+  EXPECT_GT(moved, 1e-3F) << "type 1 embeddings changed nothing: the test cannot tell the two apart";
+}
+
 }  // namespace
 }  // namespace evalrun
