@@ -4,20 +4,27 @@
 #include <limits>
 #include <mutex>
 #include <queue>
+#include <string_view>
 #include <unordered_map>
 
 #include "common/errors.hpp"
+#include "common/utf8.hpp"
 #include "tokenizer/hf/pipeline.hpp"
 
 namespace evalrun::hf {
 namespace {
 
 // The "vocab" object {token: id} shared by every model.
+// token -> id and back. The token -> id side is an open-addressing table (linear probing, slots of
+// a hash tag and an entry index): a lookup touches one slot and the key's bytes, where a node-based
+// unordered_map chased three pointers through a 128k-entry vocabulary's nodes (a sixth of Llama 3's
+// encoding time went there).
 class Vocab {
  public:
   void load(const json& j, const JsonPath& at) {
     if (!j.is_object()) fail(at, "expected an object {token: id}");
-    to_id_.reserve(j.size());
+    keys_.reserve(j.size());
+    ids_.reserve(j.size());
     for (auto it = j.begin(); it != j.end(); ++it) {
       if (!it.value().is_number_integer() || it.value().get<std::int64_t>() < 0) {
         fail(at / it.key(), "expected a non-negative id, got " + it.value().dump());
@@ -27,25 +34,51 @@ class Vocab {
       if (id >= static_cast<std::int64_t>(j.size()) + (std::int64_t{1} << 20)) {
         fail(at / it.key(), "id " + std::to_string(id) + " is far past the vocabulary's " + std::to_string(j.size()) + " entries");
       }
-      to_id_[it.key()] = id;
+      keys_.push_back(it.key());  // the keys of a JSON object are distinct
+      ids_.push_back(id);
       if (static_cast<std::size_t>(id) >= to_token_.size()) to_token_.resize(static_cast<std::size_t>(id) + 1);
       to_token_[static_cast<std::size_t>(id)] = it.key();
       has_.resize(to_token_.size());
       has_[static_cast<std::size_t>(id)] = true;
     }
+    std::size_t n = 16;
+    while (n < 2 * keys_.size()) n *= 2;  // at most half full
+    slots_.assign(n, Slot{0, -1});
+    mask_ = n - 1;
+    for (std::size_t e = 0; e < keys_.size(); ++e) {
+      const std::size_t h = hash(keys_[e]);
+      std::size_t i = h & mask_;
+      while (slots_[i].entry >= 0) i = (i + 1) & mask_;
+      slots_[i] = {tag(h), static_cast<std::int32_t>(e)};
+    }
   }
-  std::int64_t id(const std::string& t) const {
-    auto it = to_id_.find(t);
-    return it == to_id_.end() ? -1 : it->second;
+  std::int64_t id(std::string_view t) const {
+    if (slots_.empty()) return -1;
+    const std::size_t h = hash(t);
+    for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.entry < 0) return -1;
+      if (s.tag == tag(h) && keys_[static_cast<std::size_t>(s.entry)] == t) return ids_[static_cast<std::size_t>(s.entry)];
+    }
   }
   const std::string* token(std::int64_t id) const {
     if (id < 0 || static_cast<std::size_t>(id) >= to_token_.size() || !has_[static_cast<std::size_t>(id)]) return nullptr;
     return &to_token_[static_cast<std::size_t>(id)];
   }
-  std::int64_t size() const { return static_cast<std::int64_t>(to_id_.size()); }
+  std::int64_t size() const { return static_cast<std::int64_t>(keys_.size()); }
 
  private:
-  std::unordered_map<std::string, std::int64_t> to_id_;
+  struct Slot {
+    std::uint32_t tag;    // high bits of the key's hash: most mismatches end here
+    std::int32_t entry;   // index into keys_ / ids_, -1 = empty
+  };
+  static std::size_t hash(std::string_view t) { return std::hash<std::string_view>{}(t); }
+  static std::uint32_t tag(std::size_t h) { return static_cast<std::uint32_t>(h >> 32); }
+
+  std::vector<std::string> keys_;
+  std::vector<std::int64_t> ids_;
+  std::vector<Slot> slots_;
+  std::size_t mask_ = 0;
   std::vector<std::string> to_token_;
   std::vector<bool> has_;
 };
@@ -111,12 +144,26 @@ class Bpe : public Model {
   void tokenize(const std::u32string& piece, std::vector<ModelToken>& out) const override {
     const std::size_t n = piece.size();
     if (n == 0) return;
+    // The piece as UTF-8 (the vocabulary's and the cache's key: a quarter of the bytes to hash of the
+    // code points), in a buffer each thread keeps.
+    thread_local std::string word;
+    word.clear();
+    for (char32_t c : piece) append_utf8(word, c);
+    if (ignore_merges_) {
+      // Llama 3: a piece that is itself a token is taken whole, whatever the merges would make of it
+      // (before the cache, as the crate checks it: most words of a text are such tokens).
+      const std::int64_t id = suffix_.empty() ? vocab_.id(word) : vocab_.id(word + suffix_);
+      if (id >= 0) {
+        out.push_back({id, 0, n});
+        return;
+      }
+    }
     // A piece's tokens depend on the piece alone: the crate keeps the first 10,000 distinct pieces
     // shorter than 256 characters in a cache, and so does this (most words of a text repeat).
     const bool cacheable = n < kCacheMaxLength;
     if (cacheable) {
       const std::lock_guard<std::mutex> lock(cache_mutex_);
-      if (const auto hit = cache_.find(piece); hit != cache_.end()) {
+      if (const auto hit = cache_.find(word); hit != cache_.end()) {
         out.insert(out.end(), hit->second.begin(), hit->second.end());
         return;
       }
@@ -125,7 +172,7 @@ class Bpe : public Model {
     tokenize_uncached(piece, out);
     if (cacheable) {
       const std::lock_guard<std::mutex> lock(cache_mutex_);
-      if (cache_.size() < kCacheCapacity) cache_.emplace(piece, std::vector<ModelToken>(out.begin() + static_cast<std::ptrdiff_t>(first), out.end()));
+      if (cache_.size() < kCacheCapacity) cache_.emplace(word, std::vector<ModelToken>(out.begin() + static_cast<std::ptrdiff_t>(first), out.end()));
     }
   }
 
@@ -137,15 +184,8 @@ class Bpe : public Model {
   static constexpr std::size_t kCacheCapacity = 10000, kCacheMaxLength = 256;
 
   void tokenize_uncached(const std::u32string& piece, std::vector<ModelToken>& out) const {
+    // (ignore_merges: tokenize() took the pieces that are tokens already.)
     const std::size_t n = piece.size();
-    if (ignore_merges_) {
-      // Llama 3: a piece that is itself a token is taken whole, whatever the merges would make of it.
-      const std::int64_t id = vocab_.id(to_utf8(piece) + suffix_);
-      if (id >= 0) {
-        out.push_back({id, 0, n});
-        return;
-      }
-    }
     std::vector<Sym> syms;
     syms.reserve(n);
     std::string s;
@@ -239,7 +279,7 @@ class Bpe : public Model {
   std::int64_t unk_ = -1;
   std::int64_t byte_ids_[256] = {};
   mutable std::mutex cache_mutex_;
-  mutable std::unordered_map<std::u32string, std::vector<ModelToken>> cache_;
+  mutable std::unordered_map<std::string, std::vector<ModelToken>> cache_;  // key: the piece in UTF-8
 };
 
 // BERT's WordPiece: greedy longest match first, continuation pieces prefixed ("##"); a word with a

@@ -45,6 +45,10 @@ class ByteLevel : public PreTokenizer {
   ByteLevel(bool prefix, bool use_regex, const JsonPath& at)
       : prefix_(prefix), use_regex_(use_regex), re_(Pattern::regex(kGpt2Pattern, at)) {}
   void pre_tokenize(std::vector<NString>& pieces) const override {
+    if (!prefix_ && !use_regex_) {  // Llama 3: an earlier Split cut the pieces, this maps their bytes
+      for (NString& p : pieces) to_bytes(p);
+      return;
+    }
     each_piece(pieces, [&](const NString& in) {
       std::vector<NString> parts;
       if (prefix_ && (in.size() == 0 || in.s[0] != U' ')) {
@@ -57,32 +61,36 @@ class ByteLevel : public PreTokenizer {
         parts.push_back(in);
       }
       if (use_regex_) parts = split_pattern(parts.front(), re_, Behavior::Isolated, false);
-      // Each UTF-8 byte becomes its printable stand-in, aligned to the character it belongs to.
-      std::string u8;
-      for (NString& p : parts) {
-        NString b;
-        b.s.reserve(p.size());
-        b.align.reserve(p.size());
-        for (std::size_t i = 0; i < p.size(); ++i) {
-          if (p.s[i] < 0x80) {  // one byte, the common case
-            b.s.push_back(byte_to_char(static_cast<unsigned char>(p.s[i])));
-            b.align.push_back(p.align[i]);
-            continue;
-          }
-          u8.clear();
-          append_utf8(u8, p.s[i]);
-          for (unsigned char c : u8) {
-            b.s.push_back(byte_to_char(c));
-            b.align.push_back(p.align[i]);
-          }
-        }
-        p = std::move(b);
-      }
+      for (NString& p : parts) to_bytes(p);
       return parts;
     });
   }
 
  private:
+  // Each UTF-8 byte of p becomes its printable stand-in, aligned to the character it belongs to: in
+  // place when every character is one byte (the common case), else into a longer string.
+  static void to_bytes(NString& p) {
+    std::size_t wide = 0;
+    for (char32_t c : p.s) wide += c >= 0x80;
+    if (wide == 0) {
+      for (char32_t& c : p.s) c = byte_to_char(static_cast<unsigned char>(c));
+      return;
+    }
+    NString b;
+    b.s.reserve(p.size() + 3 * wide);
+    b.align.reserve(p.size() + 3 * wide);
+    std::string u8;
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      u8.clear();
+      append_utf8(u8, p.s[i]);
+      for (unsigned char c : u8) {
+        b.s.push_back(byte_to_char(c));
+        b.align.push_back(p.align[i]);
+      }
+    }
+    p = std::move(b);
+  }
+
   bool prefix_, use_regex_;
   Pattern re_;
 };
