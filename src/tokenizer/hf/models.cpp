@@ -14,11 +14,10 @@
 namespace evalrun::hf {
 namespace {
 
-// The "vocab" object {token: id} shared by every model.
-// token -> id and back. The token -> id side is an open-addressing table (linear probing, slots of
-// a hash tag and an entry index): a lookup touches one slot and the key's bytes, where a node-based
-// unordered_map chased three pointers through a 128k-entry vocabulary's nodes (a sixth of Llama 3's
-// encoding time went there).
+// The "vocab" object {token: id} shared by every model, token -> id and back. The token -> id side
+// is an open-addressing table (linear probing, slots of a hash tag and an entry index): a lookup
+// touches one slot and the key's bytes, where a node-based unordered_map chased three pointers
+// through a 128k-entry vocabulary's nodes (a sixth of Llama 3's encoding time went there).
 class Vocab {
  public:
   void load(const json& j, const JsonPath& at) {
