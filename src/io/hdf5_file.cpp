@@ -304,8 +304,12 @@ void write_dataset(hid_t file, const std::string& final_path, const std::string&
 }
 
 DatasetSpec row_type_spec(RowType type) {
-  return type == RowType::f32 ? DatasetSpec{H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, 4}
-                              : DatasetSpec{H5T_NATIVE_UINT16, H5T_STD_U16LE, 2};
+  switch (type) {
+    case RowType::f32: return {H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, 4};
+    case RowType::u16: return {H5T_NATIVE_UINT16, H5T_STD_U16LE, 2};
+    case RowType::i64: return {H5T_NATIVE_INT64, H5T_STD_I64LE, 8};
+  }
+  throw std::logic_error("row_type_spec: unknown RowType");
 }
 
 }  // namespace
@@ -554,6 +558,9 @@ void H5RowWriter::write(std::int64_t first_row, std::int64_t rows, const float* 
 }
 void H5RowWriter::write(std::int64_t first_row, std::int64_t rows, const std::uint16_t* data) {
   write_raw(first_row, rows, H5T_NATIVE_UINT16, data);
+}
+void H5RowWriter::write(std::int64_t first_row, std::int64_t rows, const std::int64_t* data) {
+  write_raw(first_row, rows, H5T_NATIVE_INT64, data);
 }
 
 void H5RowWriter::close() {

@@ -16,7 +16,7 @@ namespace evalrun {
 // elements (write_rows: chunked only); `row_chunk` sets how many leading-dimension rows go into one
 // chunk (0 = automatic).
 // The element types of datasets whose rows other processes write (create_rows, H5RowWriter).
-enum class RowType : std::uint8_t { f32, u16 };
+enum class RowType : std::uint8_t { f32, u16, i64 };
 
 class H5Writer {
  public:
@@ -97,6 +97,7 @@ class H5RowWriter {
   // `rows` whole rows from `first_row` on; data holds rows * cols() values.
   void write(std::int64_t first_row, std::int64_t rows, const float* data);
   void write(std::int64_t first_row, std::int64_t rows, const std::uint16_t* data);
+  void write(std::int64_t first_row, std::int64_t rows, const std::int64_t* data);
   void close();  // the file, completed (collective when parallel)
 
  private:

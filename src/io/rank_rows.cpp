@@ -62,10 +62,17 @@ void RankRows::add(const std::string& dataset, std::uint64_t item, std::vector<s
   add_block(dataset, std::move(b));
 }
 
+void RankRows::add(const std::string& dataset, std::uint64_t item, std::vector<std::int64_t> rows) {
+  Block b;
+  b.item = item;
+  b.i64 = std::move(rows);
+  add_block(dataset, std::move(b));
+}
+
 std::size_t RankRows::bytes() const {
   std::size_t n = 0;
   for (const auto& [path, blocks] : blocks_)
-    for (const auto& b : blocks) n += b.f32.size() * sizeof(float) + b.u16.size() * sizeof(std::uint16_t);
+    for (const auto& b : blocks) n += b.bytes();
   return n;
 }
 
@@ -99,7 +106,7 @@ void RankRows::write(const RowsLayout& layout, bool parallel) const {
         if (b.item + 1 >= d.first_row.size()) throw std::logic_error("rank rows: item outside " + d.path);
         const auto first = static_cast<std::int64_t>(d.first_row[b.item]);
         const auto rows = static_cast<std::int64_t>(d.first_row[b.item + 1]) - first;
-        const std::size_t values = b.f32.empty() ? b.u16.size() : b.f32.size();
+        const std::size_t values = b.values();
         if (values != static_cast<std::size_t>(rows * file.cols())) {
           throw std::logic_error("rank rows: item " + std::to_string(b.item) + " of " + d.path + " has " +
                                  std::to_string(values) + " values for " + std::to_string(rows) + " rows of " +
@@ -107,6 +114,7 @@ void RankRows::write(const RowsLayout& layout, bool parallel) const {
         }
         if (!b.f32.empty()) file.write(first, rows, b.f32.data());
         if (!b.u16.empty()) file.write(first, rows, b.u16.data());
+        if (!b.i64.empty()) file.write(first, rows, b.i64.data());
         rows_written += static_cast<std::size_t>(rows);
       }
     } catch (...) {

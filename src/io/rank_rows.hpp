@@ -1,5 +1,6 @@
-// The rows of a result file's vocabulary-wide datasets (every logit of a generated token, a scored
-// token or a mask, and their 16-bit log-probabilities) stay on the rank that computed them, so that
+// The rows of a result file's per-token datasets (every logit of a generated token, a scored token
+// or a mask, their 16-bit log-probabilities, their top-k values and ids) stay on the rank that
+// computed them, so that
 // rank 0 never holds more than its own share: rank 0 writes the file's small parts, lays these
 // datasets out in it (RowsLayout::create) and closes it; then every rank writes its own rows where
 // the layout puts them (RankRows::write: parallel HDF5 over MPI-IO), and rank 0 renames the file into
@@ -37,6 +38,7 @@ class RankRows {
   // Item `item`'s rows of `dataset`, row-major (its whole share: one call per item and dataset).
   void add(const std::string& dataset, std::uint64_t item, std::vector<float> rows);
   void add(const std::string& dataset, std::uint64_t item, std::vector<std::uint16_t> rows);
+  void add(const std::string& dataset, std::uint64_t item, std::vector<std::int64_t> rows);
   void clear() { blocks_.clear(); }
   std::size_t bytes() const;
   std::size_t items() const;
@@ -50,6 +52,9 @@ class RankRows {
     std::uint64_t item = 0;
     std::vector<float> f32;
     std::vector<std::uint16_t> u16;
+    std::vector<std::int64_t> i64;  // one of the three holds the rows
+    std::size_t values() const { return f32.size() + u16.size() + i64.size(); }
+    std::size_t bytes() const { return f32.size() * 4 + u16.size() * 2 + i64.size() * 8; }
   };
   void add_block(const std::string& dataset, Block block);
   std::map<std::string, std::vector<Block>> blocks_;  // by dataset path

@@ -87,6 +87,19 @@ CalibrationSet task_file_calibration(
   return c;
 }
 
+void DecoderFlow::keep_topk_rows(std::uint64_t index, std::vector<float>& values, std::vector<std::int64_t>& ids) {
+  if (!values.empty()) rows_.add("/logits/topk/values", index, std::move(values));
+  if (!ids.empty()) rows_.add("/logits/topk/indices", index, std::move(ids));
+  values.clear();
+  ids.clear();
+}
+
+void DecoderFlow::create_topk_rows(RowsLayout& layout, H5Writer& out, std::int64_t k,
+                                   const std::vector<std::uint64_t>& rows_per_item) {
+  layout.create(out, "/logits/topk/values", RowType::f32, k, rows_per_item);
+  layout.create(out, "/logits/topk/indices", RowType::i64, k, rows_per_item);
+}
+
 int keep_logits(const RunSpec& spec) {
   switch (spec.output.logits) {
     case LogitsMode::none:

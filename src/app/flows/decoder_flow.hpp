@@ -39,6 +39,12 @@ class DecoderFlow : public TaskFlow {
   virtual std::size_t load_task(const RunSpec& spec, const std::string& shard, const std::string& shared,
                                 std::int64_t vocab) = 0;
 
+  // output.logits = "topk" (generate, perplexity): an item's top-k values and ids, k per stored row,
+  // go to rank_rows() as its logits would; rank 0 lays out both [rows, k] datasets.
+  void keep_topk_rows(std::uint64_t index, std::vector<float>& values, std::vector<std::int64_t>& ids);
+  static void create_topk_rows(RowsLayout& layout, H5Writer& out, std::int64_t k,
+                               const std::vector<std::uint64_t>& rows_per_item);
+
   std::optional<DecoderTokenizer> tokenizer_;  // rank 0
   std::unique_ptr<CausalLM> model_;
 

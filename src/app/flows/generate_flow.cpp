@@ -125,8 +125,6 @@ class GenerateFlow : public DecoderFlow {
     std::vector<double> prefill, first, mean_all, mean_next, min_next, max_next, std_next, item_seconds;
     std::vector<std::int64_t> min_step, max_step;
     std::vector<std::vector<double>> step_seconds;
-    std::vector<std::vector<float>> topk_values;
-    std::vector<std::vector<std::int64_t>> topk_ids;
     LogProbRows16 logprobs16;
     std::size_t total_new = 0, total_prompt = 0;
     for (std::size_t i = 0; i < n; ++i) {
@@ -153,8 +151,6 @@ class GenerateFlow : public DecoderFlow {
       step_seconds.push_back(g.step_seconds);
       item_seconds.push_back(std::accumulate(g.step_seconds.begin(), g.step_seconds.end(), 0.0) /
                              static_cast<double>(std::max<std::int64_t>(1, g.batch_rows)));
-      topk_values.push_back(g.topk_logits);
-      topk_ids.push_back(g.topk_ids);
       logprobs16.append(g.logprobs16);
     }
     for (double s : item_seconds) times.model_total += s;
@@ -183,13 +179,7 @@ class GenerateFlow : public DecoderFlow {
     if (spec.output.logits == LogitsMode::full) {
       layout.create(out, kStepLogits, RowType::f32, vocab, rows_per_prompt);
     } else if (spec.output.logits == LogitsMode::topk) {
-      std::vector<float> values;
-      std::vector<std::int64_t> indices;
-      for (const auto& v : topk_values) values.insert(values.end(), v.begin(), v.end());
-      for (const auto& v : topk_ids) indices.insert(indices.end(), v.begin(), v.end());
-      const auto rows = static_cast<std::int64_t>(total_new);
-      out.write("/logits/topk/values", values, {rows, spec.output.top_k}, /*row_chunk=*/4);
-      out.write("/logits/topk/indices", indices, {rows, spec.output.top_k});
+      create_topk_rows(layout, out, spec.output.top_k, rows_per_prompt);
     } else if (spec.output.logits == LogitsMode::logprobs16) {
       logprobs16.write(out);
       layout.create(out, kLogProbs16Values, RowType::u16, vocab, rows_per_prompt);
@@ -294,6 +284,7 @@ class GenerateFlow : public DecoderFlow {
     if (!r.logprobs16.values.empty()) rows_.add(kLogProbs16Values, index, std::move(r.logprobs16.values));
     r.step_logits.clear();
     r.logprobs16.values.clear();
+    keep_topk_rows(index, r.topk_logits, r.topk_ids);
   }
 
   static std::int64_t model_vocab(const std::vector<GenerationResult>& res) {

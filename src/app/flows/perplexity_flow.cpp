@@ -66,9 +66,8 @@ class PerplexityFlow : public DecoderFlow {
     std::vector<WindowScores> by_window = read_gathered_records<WindowScores>(gathered, nw, "window");
     for (std::size_t i = 0; i < nw; ++i) keep_rows(i, by_window[i]);  // a journaled record's rows: rank 0 writes them
     // windows are in stream order and score disjoint ranges, so concatenation is position order
-    std::vector<std::int64_t> positions, topk_ids;
+    std::vector<std::int64_t> positions;
     std::vector<double> log_probs, item_seconds;
-    std::vector<float> topk_logits;
     std::vector<std::uint64_t> rows_per_window;
     LogProbRows16 logprobs16;
     std::int64_t vocab = 0;
@@ -76,15 +75,12 @@ class PerplexityFlow : public DecoderFlow {
       positions.insert(positions.end(), s.positions.begin(), s.positions.end());
       log_probs.insert(log_probs.end(), s.log_probs.begin(), s.log_probs.end());
       rows_per_window.push_back(s.positions.size());
-      topk_ids.insert(topk_ids.end(), s.topk_ids.begin(), s.topk_ids.end());
-      topk_logits.insert(topk_logits.end(), s.topk_logits.begin(), s.topk_logits.end());
       logprobs16.append(s.logprobs16);
       item_seconds.push_back(s.seconds);
       if (s.vocab > 0) vocab = s.vocab;
     }
     for (double s : item_seconds) times.model_total += s;
     const PerplexitySummary sum = summarize_perplexity(log_probs);
-    const auto scored = static_cast<std::int64_t>(positions.size());
 
     H5Writer out(spec.output.path);
     prov.end_time = utc_now_iso8601();
@@ -106,8 +102,7 @@ class PerplexityFlow : public DecoderFlow {
     if (spec.output.logits == LogitsMode::full) {
       layout.create(out, kFullLogits, RowType::f32, vocab, rows_per_window);
     } else if (spec.output.logits == LogitsMode::topk) {
-      out.write("/logits/topk/values", topk_logits, {scored, spec.output.top_k});
-      out.write("/logits/topk/indices", topk_ids, {scored, spec.output.top_k});
+      create_topk_rows(layout, out, spec.output.top_k, rows_per_window);
     } else if (spec.output.logits == LogitsMode::logprobs16) {
       logprobs16.write(out);
       layout.create(out, kLogProbs16Values, RowType::u16, vocab, rows_per_window);
@@ -181,6 +176,7 @@ class PerplexityFlow : public DecoderFlow {
     if (!s.logprobs16.values.empty()) rows_.add(kLogProbs16Values, index, std::move(s.logprobs16.values));
     s.logits.clear();
     s.logprobs16.values.clear();
+    keep_topk_rows(index, s.topk_logits, s.topk_ids);
   }
 
   // rank 0

@@ -279,6 +279,7 @@ TEST_F(H5Test, RowsCreatedByTheWriterAreFilledAfterItClosesAndCommitted) {
   w.write_strings("/empty_strings", {});  // an empty dataset is written, not merely allocated
   w.create_rows("/big", RowType::f32, 9, 1000);
   w.create_rows("/none", RowType::u16, 0, 1000);
+  w.create_rows("/ids", RowType::i64, 3, 2);  // top-k ids: int64, beyond float's exact integers
   w.close();
   EXPECT_TRUE(fs::exists(w.temp_path()));
   EXPECT_FALSE(fs::exists(path));
@@ -295,6 +296,10 @@ TEST_F(H5Test, RowsCreatedByTheWriterAreFilledAfterItClosesAndCommitted) {
     EXPECT_THROW(rows.write(8, 2, tail.data()), std::logic_error);  // past the last row
     rows.open("/none");
     EXPECT_EQ(rows.rows(), 0);
+    rows.open("/ids");
+    const std::vector<std::int64_t> last{(std::int64_t{1} << 40) + 1, -1}, first{0, 1, 2, 3};
+    rows.write(2, 1, last.data());
+    rows.write(0, 2, first.data());
     rows.close();
   }
   w.commit();
@@ -306,6 +311,7 @@ TEST_F(H5Test, RowsCreatedByTheWriterAreFilledAfterItClosesAndCommitted) {
   EXPECT_EQ(big[5 * 1000], 0.5F);
   EXPECT_EQ(big[9 * 1000 - 1], 3999.5F);
   EXPECT_EQ(r.shape("/none"), (std::vector<std::int64_t>{0, 1000}));
+  EXPECT_EQ(r.read_i64("/ids"), (std::vector<std::int64_t>{0, 1, 2, 3, (std::int64_t{1} << 40) + 1, -1}));
   EXPECT_TRUE(r.read_strings("/empty_strings").empty());
 }
 
