@@ -24,8 +24,8 @@ struct CalibrationSet {
   std::string dataset;           // as configured ("" when the settings need no calibration)
   std::int64_t examples = 0;     // data set examples used (each may give several sequences)
   std::vector<std::vector<std::int64_t>> sequences;  // token ids, unpadded
-  // Per sequence, its token types as the task feeds them (BERT pairs: 0 question, 1 context), or
-  // empty: all 0 (decoders, single-segment encoders). Either empty or one per sequence.
+  // Per sequence, its token types as the task feeds them (BERT pairs: 0 question, 1 context); an
+  // empty entry, or none at all (decoders), is all 0.
   std::vector<std::vector<std::int64_t>> type_ids;
 
   std::string serialize() const;

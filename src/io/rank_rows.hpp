@@ -1,10 +1,9 @@
 // The rows of a result file's per-token datasets (every logit of a generated token, a scored token
 // or a mask, their 16-bit log-probabilities, their top-k values and ids) stay on the rank that
-// computed them, so that
-// rank 0 never holds more than its own share: rank 0 writes the file's small parts, lays these
-// datasets out in it (RowsLayout::create) and closes it; then every rank writes its own rows where
-// the layout puts them (RankRows::write: parallel HDF5 over MPI-IO), and rank 0 renames the file into
-// place. Rows a run took from an interrupted run's journal are rank 0's to write.
+// computed them, so that rank 0 never holds more than its own share: rank 0 writes the file's small
+// parts, lays these datasets out in it (RowsLayout::create) and closes it; then every rank writes its
+// own rows where the layout puts them (RankRows::write: parallel HDF5 over MPI-IO), and rank 0 renames
+// the file into place. Rows a run took from an interrupted run's journal are rank 0's to write.
 #pragma once
 
 #include <cstdint>

@@ -87,17 +87,22 @@ CalibrationSet task_file_calibration(
   return c;
 }
 
+namespace {
+constexpr const char* kTopkValues = "/logits/topk/values";
+constexpr const char* kTopkIndices = "/logits/topk/indices";
+}  // namespace
+
 void DecoderFlow::keep_topk_rows(std::uint64_t index, std::vector<float>& values, std::vector<std::int64_t>& ids) {
-  if (!values.empty()) rows_.add("/logits/topk/values", index, std::move(values));
-  if (!ids.empty()) rows_.add("/logits/topk/indices", index, std::move(ids));
+  if (!values.empty()) rows_.add(kTopkValues, index, std::move(values));
+  if (!ids.empty()) rows_.add(kTopkIndices, index, std::move(ids));
   values.clear();
   ids.clear();
 }
 
 void DecoderFlow::create_topk_rows(RowsLayout& layout, H5Writer& out, std::int64_t k,
                                    const std::vector<std::uint64_t>& rows_per_item) {
-  layout.create(out, "/logits/topk/values", RowType::f32, k, rows_per_item);
-  layout.create(out, "/logits/topk/indices", RowType::i64, k, rows_per_item);
+  layout.create(out, kTopkValues, RowType::f32, k, rows_per_item);
+  layout.create(out, kTopkIndices, RowType::i64, k, rows_per_item);
 }
 
 int keep_logits(const RunSpec& spec) {

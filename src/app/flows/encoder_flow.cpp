@@ -99,12 +99,9 @@ CalibrationSet encoder_calibration(const std::vector<EncoderItem>& items, const 
   CalibrationSet c;
   c.dataset = dataset;
   c.examples = static_cast<std::int64_t>(examples);
-  bool typed = false;
-  for (const auto& item : items) typed = typed || !item.type_ids.empty();
   for (const auto& item : items) {
     c.sequences.push_back(item.input_ids);
-    // The token types the task feeds with these ids (BERT's question / context pairs).
-    if (typed) c.type_ids.push_back(item.type_ids);
+    c.type_ids.push_back(item.type_ids);  // BERT's question / context pairs; empty: all 0
   }
   return c;
 }

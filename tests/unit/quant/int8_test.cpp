@@ -815,7 +815,6 @@ TEST_F(TinyRobertaInt8, WrittenCheckpointLoadsAsTheSameModel) {
   expect_input_error([&] { RobertaModel::load({out.string(), DType::bf16, Device::cpu}); }, "model.dtype");
 }
 
-
 // BERT's calibration sees the token types the task feeds: the first projection's input (the
 // embeddings after their LayerNorm, hidden_states[0]) observed through calibration_pass with a
 // question / context pair's type ids has exactly that forward's per-channel min / max, which the
@@ -834,9 +833,9 @@ TEST_F(TinyRobertaInt8, BertCalibrationSeesTheTokenTypesItIsGiven) {
     return quant::observe_sites(model->linear_sites(), replace,
                                 [&] { model->calibration_pass(ids.data(), type_ids, 1, n); })[0];
   };
-  auto channel_range = [&](const std::int64_t* type_ids) {
+  auto channel_range = [&] {  // of the forward pass with the pair's types
     const std::vector<std::int64_t> mask(ids.size(), 1);
-    const std::vector<float> h = model->hidden_states(ids.data(), mask.data(), type_ids, 1, n)[0];
+    const std::vector<float> h = model->hidden_states(ids.data(), mask.data(), types.data(), 1, n)[0];
     const std::size_t H = h.size() / ids.size();
     quant::ChannelStats want;
     want.min.assign(H, INFINITY);
@@ -849,7 +848,7 @@ TEST_F(TinyRobertaInt8, BertCalibrationSeesTheTokenTypesItIsGiven) {
     }
     return want;
   };
-  const quant::ChannelStats typed = observed(types.data()), want = channel_range(types.data());
+  const quant::ChannelStats typed = observed(types.data()), want = channel_range();
   EXPECT_EQ(typed.rows, n);
   ASSERT_EQ(typed.max.size(), want.max.size());
   for (std::size_t j = 0; j < want.max.size(); ++j) {
