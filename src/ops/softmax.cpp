@@ -1,17 +1,26 @@
+// The row softmax of every attention path. With AVX-512 the exponentials run 16 at a time (Cephes'
+// expf polynomial, within 1-2 ulp of libm's expf): in an encoder at sequence length 384 the softmax
+// is ~170 M exponentials per forward pass, which libm's scalar expf made a fifth of an INT8 forward.
+// Other CPUs take the scalar loop. The lanes' partial sums make the AVX-512 result differ from the
+// scalar one in float rounding only; each row is computed alone, so neither depends on the batch.
 #include "ops/softmax.hpp"
+
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 namespace evalrun::ops {
+namespace {
 
-void causal_masked_softmax_row(float* s, std::int64_t n, const std::int64_t* key_mask, std::int64_t last) {
-  causal_masked_softmax_row(s, n, key_mask, 0, last);
+bool have_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes;
 }
 
-void causal_masked_softmax_row(float* s, std::int64_t n, const std::int64_t* key_mask, std::int64_t first,
-                               std::int64_t last) {
+void softmax_row_scalar(float* s, std::int64_t n, const std::int64_t* key_mask, std::int64_t first,
+                        std::int64_t last) {
   auto allowed = [&](std::int64_t j) { return j >= first && j <= last && key_mask[j] != 0; };
   float mx = -std::numeric_limits<float>::infinity();
   for (std::int64_t j = 0; j < n; ++j) {
@@ -28,6 +37,84 @@ void causal_masked_softmax_row(float* s, std::int64_t n, const std::int64_t* key
     sum += e;
   }
   for (std::int64_t j = 0; j < n; ++j) s[j] /= sum;
+}
+
+// exp(x) for x <= 0 (the argument of a softmax after its maximum is subtracted): x = k ln2 + r with
+// |r| <= ln2 / 2, exp(r) by Cephes' degree-7 expf polynomial, times 2^k. Arguments below -104 give 0
+// (exp underflows there anyway), which also keeps -inf from becoming NaN.
+__attribute__((target("avx512f"))) inline __m512 exp_nonpositive(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);  // ln2 in two parts: r exact
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, k);
+}
+
+// Lanes j0 .. j0+15 that lie in [first, last] with key_mask != 0.
+__attribute__((target("avx512f"))) inline __mmask16 allowed_lanes(const std::int64_t* key_mask, std::int64_t j0,
+                                                                   std::int64_t first, std::int64_t last) {
+  const std::int64_t lo = std::max<std::int64_t>(first - j0, 0), hi = std::min<std::int64_t>(last - j0 + 1, 16);
+  if (hi <= lo) return 0;
+  const __mmask16 range = static_cast<__mmask16>(((1u << (hi - lo)) - 1u) << lo);
+  const __mmask8 m0 = _mm512_mask_test_epi64_mask(static_cast<__mmask8>(range),
+                                                   _mm512_maskz_loadu_epi64(static_cast<__mmask8>(range), key_mask + j0),
+                                                   _mm512_set1_epi64(-1));
+  const __mmask8 hi8 = static_cast<__mmask8>(range >> 8);
+  const __mmask8 m1 = _mm512_mask_test_epi64_mask(hi8, _mm512_maskz_loadu_epi64(hi8, key_mask + j0 + 8),
+                                                   _mm512_set1_epi64(-1));
+  return static_cast<__mmask16>(m0 | (static_cast<unsigned>(m1) << 8));
+}
+
+__attribute__((target("avx512f"))) void softmax_row_avx512(float* s, std::int64_t n, const std::int64_t* key_mask,
+                                                           std::int64_t first, std::int64_t last) {
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  __m512 vmax = _mm512_set1_ps(neg_inf);
+  for (std::int64_t j = 0; j < n; j += 16) {
+    const __mmask16 a = allowed_lanes(key_mask, j, first, last);
+    vmax = _mm512_mask_max_ps(vmax, a, vmax, _mm512_maskz_loadu_ps(a, s + j));
+  }
+  const float mx = _mm512_reduce_max_ps(vmax);
+  if (mx == neg_inf) {
+    std::fill(s, s + n, 0.0f);
+    return;
+  }
+  const __m512 m = _mm512_set1_ps(mx);
+  __m512 vsum = _mm512_setzero_ps();
+  for (std::int64_t j = 0; j < n; j += 16) {
+    const __mmask16 a = allowed_lanes(key_mask, j, first, last);
+    const __mmask16 in = n - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - j)) - 1u);
+    const __m512 e = _mm512_maskz_mov_ps(a, exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(a, s + j), m)));
+    vsum = _mm512_add_ps(vsum, e);
+    _mm512_mask_storeu_ps(s + j, in, e);
+  }
+  const __m512 sum = _mm512_set1_ps(_mm512_reduce_add_ps(vsum));
+  for (std::int64_t j = 0; j < n; j += 16) {
+    const __mmask16 in = n - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - j)) - 1u);
+    _mm512_mask_storeu_ps(s + j, in, _mm512_div_ps(_mm512_maskz_loadu_ps(in, s + j), sum));
+  }
+}
+
+}  // namespace
+
+void causal_masked_softmax_row(float* s, std::int64_t n, const std::int64_t* key_mask, std::int64_t last) {
+  causal_masked_softmax_row(s, n, key_mask, 0, last);
+}
+
+void causal_masked_softmax_row(float* s, std::int64_t n, const std::int64_t* key_mask, std::int64_t first,
+                               std::int64_t last) {
+  if (have_avx512()) {
+    softmax_row_avx512(s, n, key_mask, first, last);
+  } else {
+    softmax_row_scalar(s, n, key_mask, first, last);
+  }
 }
 
 }  // namespace evalrun::ops
