@@ -1,14 +1,16 @@
 // Forward-pass time of the roberta-base preset (QA head) at batch x seq: fp32, bf16 and INT8 W8A8
 // (the fp32 model quantized directly: per_token activations, and per_tensor_symm with SmoothQuant
 // calibrated on the benchmark's own input).
-//   roberta_forward_bench [threads=2] [batch=8] [seq=384] [reps=3] [checkpoint dir] [variants=fp32,bf16,int8,int8-static]
+//   roberta_forward_bench [threads=2] [batch=8] [seq=384] [reps=3] [checkpoint dir]
+//                         [variants=fp32,bf16,int8,int8-static]
 // Without a directory, the preset is written once to $TMPDIR/evalrun-bench-roberta-base (seed 0)
-// and reused. Prints ms per forward (best and mean of reps after one warm-up) and the achieved
-// GFLOP/s, total and of the linear layers alone (compare the latter with gemm_ceiling), the minor
-// page faults per forward after the warm-up (the buffers should be reused: near 0), for INT8 the
-// speed-up over fp32 measured in the same run and the integer GEMM implementation, and with
-// EVALRUN_PROFILE=1 the time spent in the linear layers (split into INT8 quantize / GEMM / dequantize
-// is not measured here; see docs/building-and-testing.md, "Benchmark") against the rest of the forward pass.
+// and reused. Measures first, in the same run, the GEMM ceiling of each precision (bench/ceiling.hpp:
+// the fastest primitive for one layer's four products at batch x seq rows), then prints per variant
+// ms per forward (best and mean of reps after one warm-up, the variants taking turns), features/s,
+// the achieved GFLOP/s (GOP/s for INT8), total and of the linear layers alone, the linear-only rate's
+// share of the precision's ceiling, the minor page faults per forward after the warm-up (the buffers
+// should be reused: near 0), for INT8 the speed-up over fp32 and the integer GEMM implementation, and
+// (one more forward with every linear layer timed) the time in the linear layers against the rest.
 #include <sys/resource.h>
 
 #include <chrono>
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "ceiling.hpp"
 #include "fixtures/make_model.hpp"
 #include "model/roberta.hpp"
 #include "ops/gemm.hpp"
@@ -136,18 +139,25 @@ int main(int argc, char** argv) {
     run.timed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 
+  if (runs.empty()) return 0;
+  const auto& cfg = runs.front().model->config();
+  const auto ceil = evalrun::bench::measure_layer_ceilings(batch * seq, cfg.hidden_size, cfg.intermediate_size, reps);
+  std::printf("ceilings (one layer's products at %lld rows, fastest primitive): fp32 %.1f GFLOP/s, bf16 %.1f "
+              "GFLOP/s, int8 %.1f GOP/s\n",
+              static_cast<long long>(batch * seq), ceil.fp32 / 1e9, ceil.bf16 / 1e9, ceil.int8 / 1e9);
   double fp32_best = 0;
   for (const auto& run : runs) {
     const auto& c = run.model->config();
+    const double ceiling = run.variant == "bf16" ? ceil.bf16 : run.variant == "fp32" ? ceil.fp32 : ceil.int8;
     const double M = static_cast<double>(batch * seq), H = c.hidden_size, I = c.intermediate_size;
     const double linear_flop = c.num_hidden_layers * 2.0 * M * H * (4 * H + 2 * I);
     const double attn_flop = c.num_hidden_layers * 4.0 * batch * seq * seq * H;
-    std::printf("%s (compute %s) threads %d batch %lld seq %lld: best %.1f ms, mean %.1f ms; "
-                "%.1f GFLOP/s total, %.1f GFLOP/s linear-only; %.0f page faults per forward",
+    std::printf("%s (compute %s) threads %d batch %lld seq %lld: best %.1f ms, mean %.1f ms, %.2f features/s; "
+                "%.1f G/s total, %.1f G/s linear-only = %.0f%% of the ceiling; %.0f page faults per forward",
                 run.variant.c_str(), run.model->compute_dtype(), threads, static_cast<long long>(batch),
-                static_cast<long long>(seq), run.best * 1e3, run.total / reps * 1e3,
+                static_cast<long long>(seq), run.best * 1e3, run.total / reps * 1e3, batch / run.best,
                 (linear_flop + attn_flop) / run.best / 1e9, linear_flop / run.best / 1e9,
-                static_cast<double>(run.faults) / reps);
+                100.0 * linear_flop / run.best / ceiling, static_cast<double>(run.faults) / reps);
     if (run.variant == "fp32") fp32_best = run.best;
     if (run.variant.rfind("int8", 0) == 0 && fp32_best > 0) {
       std::printf("; %.2fx fp32 (%s)", fp32_best / run.best, evalrun::ops::igemm_implementation().c_str());

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace evalrun::ops {
 namespace {
@@ -73,32 +74,40 @@ __attribute__((target("avx512f"))) inline __mmask16 allowed_lanes(const std::int
   return static_cast<__mmask16>(m0 | (static_cast<unsigned>(m1) << 8));
 }
 
+// Three passes over the row: the allowed lanes (kept per 16 keys for the next pass) and the maximum;
+// the exponentials and their sum; the scaling by 1 / sum (a multiply: a division per vector cost
+// as much as the exponential).
 __attribute__((target("avx512f"))) void softmax_row_avx512(float* s, std::int64_t n, const std::int64_t* key_mask,
                                                            std::int64_t first, std::int64_t last) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
+  const std::int64_t chunks = (n + 15) / 16;
+  thread_local std::vector<__mmask16> lanes;
+  if (lanes.size() < static_cast<std::size_t>(chunks)) lanes.resize(static_cast<std::size_t>(chunks));
   __m512 vmax = _mm512_set1_ps(neg_inf);
-  for (std::int64_t j = 0; j < n; j += 16) {
-    const __mmask16 a = allowed_lanes(key_mask, j, first, last);
-    vmax = _mm512_mask_max_ps(vmax, a, vmax, _mm512_maskz_loadu_ps(a, s + j));
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    const __mmask16 a = allowed_lanes(key_mask, c * 16, first, last);
+    lanes[static_cast<std::size_t>(c)] = a;
+    vmax = _mm512_mask_max_ps(vmax, a, vmax, _mm512_maskz_loadu_ps(a, s + c * 16));
   }
   const float mx = _mm512_reduce_max_ps(vmax);
   if (mx == neg_inf) {
     std::fill(s, s + n, 0.0f);
     return;
   }
+  auto in_row = [n](std::int64_t j) {
+    return n - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - j)) - 1u);
+  };
   const __m512 m = _mm512_set1_ps(mx);
   __m512 vsum = _mm512_setzero_ps();
-  for (std::int64_t j = 0; j < n; j += 16) {
-    const __mmask16 a = allowed_lanes(key_mask, j, first, last);
-    const __mmask16 in = n - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - j)) - 1u);
-    const __m512 e = _mm512_maskz_mov_ps(a, exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(a, s + j), m)));
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    const __mmask16 a = lanes[static_cast<std::size_t>(c)];
+    const __m512 e = _mm512_maskz_mov_ps(a, exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(a, s + c * 16), m)));
     vsum = _mm512_add_ps(vsum, e);
-    _mm512_mask_storeu_ps(s + j, in, e);
+    _mm512_mask_storeu_ps(s + c * 16, in_row(c * 16), e);
   }
-  const __m512 sum = _mm512_set1_ps(_mm512_reduce_add_ps(vsum));
+  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
   for (std::int64_t j = 0; j < n; j += 16) {
-    const __mmask16 in = n - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - j)) - 1u);
-    _mm512_mask_storeu_ps(s + j, in, _mm512_div_ps(_mm512_maskz_loadu_ps(in, s + j), sum));
+    _mm512_mask_storeu_ps(s + j, in_row(j), _mm512_mul_ps(_mm512_maskz_loadu_ps(in_row(j), s + j), inv));
   }
 }
 
