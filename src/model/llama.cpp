@@ -76,6 +76,7 @@
 #include "model/loader_util.hpp"
 #include "ops/activations.hpp"
 #include "ops/attention.hpp"
+#include "ops/bf16_rows.hpp"
 #include "ops/gemm.hpp"
 #include "ops/moe.hpp"
 #include "ops/norms.hpp"
@@ -527,6 +528,26 @@ struct LlamaModel::Impl : model::Weights {
     return torch::silu(g);
   }
 
+  // x W^T + b on the torch path. A bfloat16 model's decode steps (at most ops::kBf16RowsMax rows) go
+  // to the AVX512-BF16 row kernel, which streams the weights at memory speed; larger inputs (prefill)
+  // and other CPUs to at::linear. Both accumulate in float32 and round once to bfloat16.
+  Tensor linear_t(const Tensor& x, const Tensor& w, const Tensor& b) const {
+    const std::int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+    if (x.scalar_type() != torch::kBFloat16 || w.scalar_type() != torch::kBFloat16 || M > ops::kBf16RowsMax ||
+        !ops::have_bf16_rows_kernel() || !w.is_contiguous() || (b.defined() && !b.is_contiguous())) {
+      return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
+    }
+    const Tensor xc = x.contiguous();
+    Tensor y = torch::empty({M, N}, x.options());
+    auto bits = [](const Tensor& t) { return reinterpret_cast<const std::uint16_t*>(t.data_ptr()); };
+    ops::linear_bf16_rows(bits(xc), M, K, bits(w), b.defined() ? bits(b) : nullptr, N,
+                          reinterpret_cast<std::uint16_t*>(y.data_ptr()));
+    return y;
+  }
+  Tensor linear_t(const Tensor& x, const quant::LinearPtr& layer) const {
+    return linear_t(x, weight_of(layer), bias_of(layer));
+  }
+
   static Tensor rotate_half(const Tensor& t) {
     const std::int64_t half = t.size(-1) / 2;
     return torch::cat({-t.narrow(-1, half, half), t.narrow(-1, 0, half)}, -1);
@@ -580,7 +601,7 @@ struct LlamaModel::Impl : model::Weights {
     for (std::size_t l = 0; l < layers.size(); ++l) {
       const DecoderLayer& L = layers[l];
       Tensor a = norm_t(x, L.attn_norm, L.attn_norm_b);
-      Tensor qkv = at::linear(a, weight_of(L.qkv), bias_of(L.qkv));
+      Tensor qkv = linear_t(a, L.qkv);
       Tensor q = qkv.narrow(1, 0, qw).view({batch, seq, nh, d}).transpose(1, 2);
       Tensor k = qkv.narrow(1, qw, kvw).view({batch, seq, nkv, d}).transpose(1, 2);
       Tensor v = qkv.narrow(1, qw + kvw, kvw).view({batch, seq, nkv, d}).transpose(1, 2);
@@ -604,7 +625,7 @@ struct LlamaModel::Impl : model::Weights {
       Tensor probs = torch::softmax(scores.to(torch::kFloat32) + mask_add, -1).to(st);
       Tensor ctx = at::matmul(probs, values) * any_allowed;  // [B, nh, L, d]
       ctx = ctx.transpose(1, 2).reshape({M, qw});
-      Tensor o = summed(at::linear(ctx, weight_of(L.o), bias_of(L.o)));
+      Tensor o = summed(linear_t(ctx, L.o));
       x = c.residual_multiplier == 1.0 ? x + o : x + o * c.residual_multiplier;
 
       a = norm_t(x, L.mlp_norm, L.mlp_norm_b);
@@ -612,11 +633,11 @@ struct LlamaModel::Impl : model::Weights {
       if (!L.experts.empty()) {
         down = summed(moe_torch(L, l, a));
       } else {
-        Tensor gu = at::linear(a, weight_of(L.gate_up), bias_of(L.gate_up));
+        Tensor gu = linear_t(a, L.gate_up);
         Tensor act = c.mlp == LlamaConfig::Mlp::gelu_tanh
                          ? at::gelu(gu, "tanh")
                          : gate_activation(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
-        down = summed(at::linear(act, weight_of(L.down), bias_of(L.down)));
+        down = summed(linear_t(act, L.down));
       }
       x = c.residual_multiplier == 1.0 ? x + down : x + down * c.residual_multiplier;
       if (l + 1 < layers.size()) keep(x);
@@ -732,7 +753,7 @@ struct LlamaModel::Impl : model::Weights {
       }
       return;
     }
-    Tensor y = at::linear(h, lm_head);
+    Tensor y = linear_t(h, lm_head, Tensor());
     if (cfg.logits_scaling != 1.0) y = y / cfg.logits_scaling;
     y = y.to(torch::kFloat32).contiguous();
     std::memcpy(logits.data(), y.data_ptr<float>(), sizeof(float) * R * V);

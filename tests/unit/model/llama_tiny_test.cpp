@@ -366,6 +366,26 @@ TEST_F(TinyLlama, LeftPaddedBatchMatchesRowsAlone) {
   expect_batch_matches_rows_alone(granite_dir(), {sequence(3, 1), sequence(11, 2), sequence(1, 3), sequence(7, 4)}, 6);
 }
 
+// bfloat16: decode steps of up to 8 rows run on the AVX512-BF16 row kernel, prefill on at::linear;
+// a row's tokens must not depend on the rows beside it, its logits only by bfloat16 rounding.
+TEST_F(TinyLlama, Bf16BatchedDecodeMatchesRowsAlone) {
+  auto model = LlamaModel::load({granite_dir(), DType::bf16, Device::cpu});
+  const std::vector<std::vector<std::int64_t>> prompts = {sequence(3, 1), sequence(11, 2), sequence(1, 3),
+                                                          sequence(7, 4)};
+  const int steps = 6;
+  auto batched = testing::generate(*model, prompts, steps);
+  for (std::size_t b = 0; b < prompts.size(); ++b) {
+    auto alone = testing::generate(*model, {prompts[b]}, steps);
+    EXPECT_EQ(batched.tokens[b], alone.tokens[0]) << "row " << b;
+    float scale = 0;
+    for (float v : alone.step_logits[0][0]) scale = std::max(scale, std::fabs(v));
+    for (int s = 0; s < steps; ++s) {
+      EXPECT_LT(max_abs_diff(batched.step_logits[b][s], alone.step_logits[0][s]), 0.02f * scale)
+          << "row " << b << " step " << s;
+    }
+  }
+}
+
 TEST_F(TinyLlama, TorchFallbackPathMatchesOneDnnPath) {
   auto fast = LlamaModel::load({llama_dir(), DType::fp32, Device::cpu});
   ops::set_onednn_sgemm_enabled(false);
