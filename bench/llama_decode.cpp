@@ -6,7 +6,8 @@
 // Without a directory the preset is written once to $TMPDIR/evalrun-bench-llama-110m (seed 0) and
 // reused. Bandwidth: memcpy of a 512 MiB buffer (far larger than any cache) split over the threads,
 // counted as bytes read + bytes written per second (STREAM's "copy" convention, the larger of the
-// two usual figures, so the bound is the stricter one). Per batch size (1, 8): prefill tokens/s (batch x prompt
+// two usual figures, so the bound is the stricter one), and a streaming read of a 512 MiB buffer (what
+// a decode step does with its weights), whose bound each row prints too. Per batch size (1, 8): prefill tokens/s (batch x prompt
 // tokens in one forward), decode tokens/s (batch x new tokens, one token per row per step), ms per
 // step, minor page faults per step, and the fraction of the bandwidth bound reached (meaningful at
 // batch 1; larger batches trade it for throughput).
@@ -26,8 +27,16 @@
 // (tiny-mistral,llama-110m). Each is written once to $TMPDIR/evalrun-bench-<preset> (seed 0). The
 // presets take turns (4 rounds, best of them each), and every row prints its weight bytes per second
 // against the first preset's (the per-FLOP comparison of the families).
+// Variant llama2c (not in the default list; LLAMA2C_DIR = a llama2.c checkout): the peer of issue 19.
+// The llama-110m checkpoint is exported to llama2.c's float32 format (q / k rows permuted back to its
+// adjacent-pair RoPE) with a tokenizer.bin of placeholder pieces in $TMPDIR/evalrun-bench-llama2c,
+// the checkout's run.c is built there (cc -Ofast -march=native -fopenmp) and run greedily with the same
+// thread count, prompt + new tokens long (bench/llama2c.hpp). Prints its tok/s, how many greedy tokens
+// equal evalrun fp32's on the same prompt ids (a check of the export), and with fp32 in the list the
+// ratio of evalrun's fp32 batch-1 decode to it.
 // With EVALRUN_DATA_DIR set it also times stories260K (200 new tokens after "Once upon a time").
 #include <ATen/Parallel.h>
+#include <immintrin.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -42,6 +51,7 @@
 #include <string>
 #include <vector>
 
+#include "llama2c.hpp"
 #include "model/llama.hpp"
 #include "fixtures/make_model.hpp"
 #include "fixtures/make_quantized.hpp"
@@ -71,6 +81,52 @@ double measure_bandwidth() {
     best = std::min(best, seconds_since(t0));
   }
   return 2.0 * static_cast<double>(n) / best / 1e9;
+}
+
+// The sum of n words, with AVX2 where the CPU has it (four independent 256-bit sums: a plain loop
+// compiled for baseline x86-64 adds too slowly to keep up with the memory).
+__attribute__((target("avx2"))) std::uint64_t sum_words_avx2(const std::uint64_t* p, std::int64_t n) {
+  __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    s0 = _mm256_add_epi64(s0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
+    s1 = _mm256_add_epi64(s1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 4)));
+    s2 = _mm256_add_epi64(s2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 8)));
+    s3 = _mm256_add_epi64(s3, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 12)));
+  }
+  alignas(32) std::uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes),
+                     _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3)));
+  std::uint64_t sum = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+  for (; i < n; ++i) sum += p[i];
+  return sum;
+}
+
+std::uint64_t sum_words(const std::uint64_t* p, std::int64_t n) {
+  if (__builtin_cpu_supports("avx2")) return sum_words_avx2(p, n);
+  std::uint64_t sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) sum += p[i];
+  return sum;
+}
+
+// Streaming-read bandwidth in GB/s: every 8-byte word of a 512 MiB buffer added up, split over the
+// threads (what a decode step does with its weights: read them once, write almost nothing).
+double measure_read_bandwidth() {
+  const std::size_t n = (std::size_t{512} << 20) / sizeof(std::uint64_t);
+  std::vector<std::uint64_t> buf(n, 1);
+  double best = 1e30;
+  std::uint64_t total = 0;
+  for (int r = 0; r < 5; ++r) {
+    std::vector<std::uint64_t> part(64, 0);
+    auto t0 = Clock::now();
+    at::parallel_for(0, static_cast<std::int64_t>(n), 1 << 19, [&](std::int64_t b, std::int64_t e) {
+      part[static_cast<std::size_t>(at::get_thread_num()) % part.size()] += sum_words(buf.data() + b, e - b);
+    });
+    best = std::min(best, seconds_since(t0));
+    for (std::uint64_t v : part) total += v;
+  }
+  if (total != 5 * n) std::printf("read probe: wrong sum\n");  // keeps the reads from being optimized away
+  return static_cast<double>(n * sizeof(std::uint64_t)) / best / 1e9;
 }
 
 struct Timing {
@@ -115,6 +171,22 @@ Timing run(evalrun::LlamaModel& model, std::int64_t batch, std::int64_t prompt, 
     }
   }
   return best;
+}
+
+// Greedy tokens of one prompt (batch 1), for the comparison with llama2.c.
+std::vector<std::int64_t> greedy(evalrun::LlamaModel& model, const std::vector<std::int64_t>& prompt, std::int64_t steps) {
+  const std::int64_t P = static_cast<std::int64_t>(prompt.size());
+  std::vector<std::int64_t> pos(P), mask(P + steps, 1), out;
+  for (std::int64_t i = 0; i < P; ++i) pos[i] = i;
+  auto cache = model.new_cache(1, P + steps);
+  std::vector<float> logits;
+  model.forward(prompt.data(), pos.data(), mask.data(), 1, P, *cache, false, logits);
+  for (std::int64_t s = 0; s < steps; ++s) {
+    const std::int64_t next = std::max_element(logits.begin(), logits.end()) - logits.begin(), p = P + s;
+    out.push_back(next);
+    if (s + 1 < steps) model.forward(&next, &p, mask.data(), 1, 1, *cache, false, logits);
+  }
+  return out;
 }
 
 // The presets the families rows run: "real", "tiny" or a comma-separated list of preset names.
@@ -189,7 +261,8 @@ int main(int argc, char** argv) {
   const std::string variants = std::string(",") + (argc > 5 ? argv[5] : "fp32,bf16,gptq,families") + ",";
   const std::string families = argc > 6 ? argv[6] : "real";
   auto wanted = [&](const char* name) { return variants.find(std::string(",") + name + ",") != std::string::npos; };
-  const bool llama_110m = wanted("fp32") || wanted("bf16") || wanted("gptq") || wanted("fp8") || wanted("gptq-lm_head8");
+  const bool llama_110m = wanted("fp32") || wanted("bf16") || wanted("gptq") || wanted("fp8") || wanted("gptq-lm_head8") ||
+                          wanted("llama2c");
   if (dir.empty() && llama_110m) {
     dir = (std::filesystem::temp_directory_path() / "evalrun-bench-llama-110m").string();
     if (!std::filesystem::exists(std::filesystem::path(dir) / "model.safetensors")) {
@@ -198,8 +271,9 @@ int main(int argc, char** argv) {
     }
   }
   evalrun::set_compute_threads(threads);
-  const double bw = measure_bandwidth();
-  std::printf("threads %d: memcpy bandwidth %.2f GB/s (read + write)\n", threads, bw);
+  const double bw = measure_bandwidth(), read_bw = measure_read_bandwidth();
+  std::printf("threads %d: memcpy bandwidth %.2f GB/s (read + write); streaming read %.2f GB/s\n", threads, bw,
+              read_bw);
 
   const std::string gptq_dir = dir + "-gptq-g128", fp8_dir = dir + "-fp8";
   if ((wanted("gptq") || wanted("gptq-lm_head8")) && !std::filesystem::exists(std::filesystem::path(gptq_dir) / "model.safetensors")) {
@@ -257,14 +331,37 @@ int main(int argc, char** argv) {
       const double bound_ms = wbytes / (bw * 1e9) * 1e3;
       res.decode_tps[slot++] = batch * steps / t.decode_s;
       std::printf("%s batch %lld: prefill %lld tokens %.0f tok/s (%.1f ms); decode %.1f tok/s, %.2f ms/step, "
-                  "%ld page faults/step; weights %.0f MB/step -> bandwidth bound %.2f ms/step: %.0f%% of it\n",
+                  "%ld page faults/step; weights %.0f MB/step -> bandwidth bound %.2f ms/step: %.0f%% of it; "
+                  "read bound %.2f ms/step: %.0f%% of it\n",
                   v.label, static_cast<long long>(batch), static_cast<long long>(prompt), batch * prompt / t.prefill_s,
                   t.prefill_s * 1e3, batch * steps / t.decode_s, step_ms, t.faults_per_step, wbytes / 1e6, bound_ms,
-                  100.0 * bound_ms / step_ms);
+                  100.0 * bound_ms / step_ms, wbytes / (read_bw * 1e9) * 1e3, 100.0 * wbytes / (read_bw * 1e9) * 1e3 / step_ms);
     }
     std::printf("%s (%s): projections %.1f MB resident, whole model %.1f MB\n", v.label, model->quantization().c_str(),
                 res.linear_bytes / 1e6, res.model_bytes / 1e6);
     results[v.label] = res;
+  }
+  if (wanted("llama2c")) {
+    const char* checkout = std::getenv("LLAMA2C_DIR");
+    if (checkout == nullptr || *checkout == '\0') {
+      std::fprintf(stderr, "variant llama2c: set LLAMA2C_DIR to a llama2.c checkout (its run.c is built)\n");
+      return 2;
+    }
+    const std::string work = (std::filesystem::temp_directory_path() / "evalrun-bench-llama2c").string();
+    const auto c = evalrun::bench::run_llama2c(checkout, dir, work, threads, prompt, steps);
+    auto model = evalrun::LlamaModel::load({dir, evalrun::DType::fp32, evalrun::Device::cpu});
+    const auto ours = greedy(*model, c.prompt, steps);
+    std::size_t same = 0;
+    while (same < ours.size() && same < c.generated.size() && ours[same] == c.generated[same]) ++same;
+    std::printf("llama2.c run.c (%s, cc -Ofast -march=native -fopenmp, %d threads): %.1f tok/s over positions 1..%lld "
+                "(its prompt runs one token per step too); greedy tokens equal to evalrun fp32's for the first %zu of "
+                "%lld\n",
+                checkout, threads, c.tokens_per_s, static_cast<long long>(prompt + steps - 1), same,
+                static_cast<long long>(steps));
+    if (results.count("fp32")) {
+      std::printf("evalrun fp32 batch 1 decode vs llama2.c run.c (same run): x%.2f\n",
+                  results["fp32"].decode_tps[0] / c.tokens_per_s);
+    }
   }
   if (wanted("families")) family_rows(family_presets(families), bw, prompt, steps);
   if (results.count("gptq") && results.count("gptq-lm_head8")) {
@@ -290,6 +387,14 @@ int main(int argc, char** argv) {
     const Timing t = run(*model, 1, 5, 200, 3);
     std::printf("stories260K fp32 batch 1: prefill 5 tokens %.3f ms; decode %.0f tok/s (%.3f ms/step)\n",
                 t.prefill_s * 1e3, 200 / t.decode_s, t.decode_s / 200 * 1e3);
+    const char* checkout = std::getenv("LLAMA2C_DIR");
+    if (wanted("llama2c") && checkout != nullptr && *checkout != '\0') {
+      const auto c = evalrun::bench::run_llama2c(
+          checkout, std::string(data) + "/models/stories260K",
+          (std::filesystem::temp_directory_path() / "evalrun-bench-llama2c-stories260K").string(), threads, 6, 200);
+      std::printf("stories260K llama2.c run.c, %d threads: %.0f tok/s; evalrun's decode x%.2f of it\n", threads,
+                  c.tokens_per_s, 200 / t.decode_s / c.tokens_per_s);
+    }
   }
   return 0;
 }
