@@ -534,7 +534,8 @@ struct LlamaModel::Impl : model::Weights {
   Tensor linear_t(const Tensor& x, const Tensor& w, const Tensor& b) const {
     const std::int64_t M = x.size(0), K = x.size(1), N = w.size(0);
     if (x.scalar_type() != torch::kBFloat16 || w.scalar_type() != torch::kBFloat16 || M > ops::kBf16RowsMax ||
-        !ops::have_bf16_rows_kernel() || !w.is_contiguous() || (b.defined() && !b.is_contiguous())) {
+        !ops::have_bf16_rows_kernel() || !w.is_contiguous() ||
+        (b.defined() && (b.scalar_type() != torch::kBFloat16 || !b.is_contiguous()))) {
       return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
     }
     const Tensor xc = x.contiguous();
