@@ -261,6 +261,16 @@ int main(int argc, char** argv) {
   const std::string variants = std::string(",") + (argc > 5 ? argv[5] : "fp32,bf16,gptq,families") + ",";
   const std::string families = argc > 6 ? argv[6] : "real";
   auto wanted = [&](const char* name) { return variants.find(std::string(",") + name + ",") != std::string::npos; };
+  // Checked before any benchmark runs, not after minutes of them.
+  std::string llama2c;
+  if (wanted("llama2c")) {
+    const char* checkout = std::getenv("LLAMA2C_DIR");
+    if (checkout == nullptr || *checkout == '\0') {
+      std::fprintf(stderr, "variant llama2c: set LLAMA2C_DIR to a llama2.c checkout (its run.c is built)\n");
+      return 2;
+    }
+    llama2c = checkout;
+  }
   const bool llama_110m = wanted("fp32") || wanted("bf16") || wanted("gptq") || wanted("fp8") || wanted("gptq-lm_head8") ||
                           wanted("llama2c");
   if (dir.empty() && llama_110m) {
@@ -341,14 +351,9 @@ int main(int argc, char** argv) {
                 res.linear_bytes / 1e6, res.model_bytes / 1e6);
     results[v.label] = res;
   }
-  if (wanted("llama2c")) {
-    const char* checkout = std::getenv("LLAMA2C_DIR");
-    if (checkout == nullptr || *checkout == '\0') {
-      std::fprintf(stderr, "variant llama2c: set LLAMA2C_DIR to a llama2.c checkout (its run.c is built)\n");
-      return 2;
-    }
+  if (!llama2c.empty()) {
     const std::string work = (std::filesystem::temp_directory_path() / "evalrun-bench-llama2c").string();
-    const auto c = evalrun::bench::run_llama2c(checkout, dir, work, threads, prompt, steps);
+    const auto c = evalrun::bench::run_llama2c(llama2c, dir, work, threads, prompt, steps);
     auto model = evalrun::LlamaModel::load({dir, evalrun::DType::fp32, evalrun::Device::cpu});
     const auto ours = greedy(*model, c.prompt, steps);
     std::size_t same = 0;
@@ -356,7 +361,7 @@ int main(int argc, char** argv) {
     std::printf("llama2.c run.c (%s, cc -Ofast -march=native -fopenmp, %d threads): %.1f tok/s over positions 1..%lld "
                 "(its prompt runs one token per step too); greedy tokens equal to evalrun fp32's for the first %zu of "
                 "%lld\n",
-                checkout, threads, c.tokens_per_s, static_cast<long long>(prompt + steps - 1), same,
+                llama2c.c_str(), threads, c.tokens_per_s, static_cast<long long>(prompt + steps - 1), same,
                 static_cast<long long>(steps));
     if (results.count("fp32")) {
       std::printf("evalrun fp32 batch 1 decode vs llama2.c run.c (same run): x%.2f\n",
@@ -387,10 +392,9 @@ int main(int argc, char** argv) {
     const Timing t = run(*model, 1, 5, 200, 3);
     std::printf("stories260K fp32 batch 1: prefill 5 tokens %.3f ms; decode %.0f tok/s (%.3f ms/step)\n",
                 t.prefill_s * 1e3, 200 / t.decode_s, t.decode_s / 200 * 1e3);
-    const char* checkout = std::getenv("LLAMA2C_DIR");
-    if (wanted("llama2c") && checkout != nullptr && *checkout != '\0') {
+    if (!llama2c.empty()) {
       const auto c = evalrun::bench::run_llama2c(
-          checkout, std::string(data) + "/models/stories260K",
+          llama2c, std::string(data) + "/models/stories260K",
           (std::filesystem::temp_directory_path() / "evalrun-bench-llama2c-stories260K").string(), threads, 6, 200);
       std::printf("stories260K llama2.c run.c, %d threads: %.0f tok/s; evalrun's decode x%.2f of it\n", threads,
                   c.tokens_per_s, 200 / t.decode_s / c.tokens_per_s);
