@@ -20,7 +20,10 @@ void attention_f32(const AttentionShape& a, const HeadRows& q, const HeadRows& k
   const std::int64_t rows = grouped ? groups : a.queries;
   const std::int64_t tasks = grouped ? a.batch * nkv : a.batch * nh;
   const std::int64_t ldq = grouped ? d : q.row_stride, ldo = grouped ? d : out_row_stride;
-  at::parallel_for(0, tasks, 1, [&](std::int64_t t0, std::int64_t t1) {
+  // A task is at least ~32K multiply-adds (its two products): a tiny model's heads stay on one
+  // thread, where a parallel region would cost more than they do.
+  const std::int64_t grain = std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(1, 2 * rows * T * d));
+  at::parallel_for(0, tasks, grain, [&](std::int64_t t0, std::int64_t t1) {
     // Per-thread scores, reused across calls (grows, never shrinks: no allocation per decode step).
     thread_local std::vector<float> scratch;
     if (scratch.size() < static_cast<std::size_t>(rows * T)) scratch.resize(static_cast<std::size_t>(rows * T));

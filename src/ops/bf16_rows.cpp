@@ -25,33 +25,40 @@ std::uint16_t bf16_of(float x) {
 }
 
 // Output columns j0 .. j1 of M rows (M a template argument: the accumulators stay in registers).
-// 32 bfloat16 per step of k; the tail with masked loads (zeros add nothing).
+// Two accumulators per row, 64 bfloat16 per step of k, whatever M is (a row sums in the same order
+// alone or beside others; two chains keep vdpbf16ps' latency off the weight stream); the tail in
+// masked 32-value pieces (zeros add nothing).
 template <int M>
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void columns(const std::uint16_t* x, std::int64_t k,
                                                                    const std::uint16_t* w, const std::uint16_t* bias,
                                                                    std::int64_t n, std::int64_t j0, std::int64_t j1,
                                                                    std::uint16_t* y) {
-  const std::int64_t full = k / 32 * 32;
-  const __mmask32 tail = static_cast<__mmask32>((1ull << (k - full)) - 1ull);
+  const std::int64_t full = k / 64 * 64;
+  const std::int64_t left0 = std::clamp<std::int64_t>(k - full, 0, 32), left1 = std::clamp<std::int64_t>(k - full - 32, 0, 32);
+  const __mmask32 tail0 = static_cast<__mmask32>((1ull << left0) - 1ull), tail1 = static_cast<__mmask32>((1ull << left1) - 1ull);
   for (std::int64_t j = j0; j < j1; ++j) {
     const std::uint16_t* wr = w + j * k;
-    __m512 acc[M];
-    for (int r = 0; r < M; ++r) acc[r] = _mm512_setzero_ps();
-    for (std::int64_t p = 0; p < full; p += 32) {
-      const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(wr + p));
+    __m512 acc0[M], acc1[M];
+    for (int r = 0; r < M; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+    for (std::int64_t p = 0; p < full; p += 64) {
+      const __m512bh w0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(wr + p));
+      const __m512bh w1 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(wr + p + 32));
       for (int r = 0; r < M; ++r) {
-        acc[r] = _mm512_dpbf16_ps(acc[r], reinterpret_cast<__m512bh>(_mm512_loadu_si512(x + r * k + p)), wv);
+        acc0[r] = _mm512_dpbf16_ps(acc0[r], reinterpret_cast<__m512bh>(_mm512_loadu_si512(x + r * k + p)), w0);
+        acc1[r] = _mm512_dpbf16_ps(acc1[r], reinterpret_cast<__m512bh>(_mm512_loadu_si512(x + r * k + p + 32)), w1);
       }
     }
     if (full < k) {
-      const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(tail, wr + full));
+      const __m512bh w0 = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(tail0, wr + full));
+      const __m512bh w1 = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(tail1, wr + full + 32));
       for (int r = 0; r < M; ++r) {
-        acc[r] = _mm512_dpbf16_ps(acc[r], reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(tail, x + r * k + full)),
-                                  wv);
+        acc0[r] = _mm512_dpbf16_ps(acc0[r], reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(tail0, x + r * k + full)), w0);
+        acc1[r] = _mm512_dpbf16_ps(acc1[r], reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(tail1, x + r * k + full + 32)),
+                                   w1);
       }
     }
     const float b = bias != nullptr ? float_of(bias[j]) : 0.0f;
-    for (int r = 0; r < M; ++r) y[r * n + j] = bf16_of(_mm512_reduce_add_ps(acc[r]) + b);
+    for (int r = 0; r < M; ++r) y[r * n + j] = bf16_of(_mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r])) + b);
   }
 }
 
@@ -72,8 +79,10 @@ void linear_bf16_rows(const std::uint16_t* x, std::int64_t m, std::int64_t k, co
   if (m < 1 || m > kBf16RowsMax) throw std::invalid_argument("linear_bf16_rows: 1 to 8 rows");
   if (!have_bf16_rows_kernel()) throw std::logic_error("linear_bf16_rows: this CPU has no AVX512-BF16");
   const Columns run = kColumns[m - 1];
-  // Blocks of 64 columns (64 x k weights: 96 KB at k = 768) so both threads stream their own rows.
-  at::parallel_for(0, (n + 63) / 64, 1, [&](std::int64_t b0, std::int64_t b1) {
+  // Blocks of 64 columns (64 x k weights: 96 KB at k = 768) so both threads stream their own rows;
+  // a task is at least 64K weights, so a tiny model's products stay on one thread.
+  const std::int64_t grain = std::max<std::int64_t>(1, 65536 / (64 * k));
+  at::parallel_for(0, (n + 63) / 64, grain, [&](std::int64_t b0, std::int64_t b1) {
     run(x, k, w, bias, n, b0 * 64, std::min(n, b1 * 64), y);
   });
 }

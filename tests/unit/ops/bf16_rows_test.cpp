@@ -30,7 +30,7 @@ TEST(Bf16Rows, MatchesTheExactProductWithinOneRoundingAndRowsAreIndependent) {
   if (!evalrun::ops::have_bf16_rows_kernel()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
   std::mt19937 gen(3);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  for (const std::int64_t k : {1, 31, 32, 33, 768, 770}) {
+  for (const std::int64_t k : {1, 31, 32, 33, 63, 64, 65, 97, 768, 770}) {
     const std::int64_t n = 131, m = evalrun::ops::kBf16RowsMax;
     std::vector<std::uint16_t> x(m * k), w(n * k), bias(n);
     for (auto& v : x) v = truncated(dist(gen));
