@@ -34,6 +34,10 @@
 // thread count, prompt + new tokens long (bench/llama2c.hpp). Prints its tok/s, how many greedy tokens
 // equal evalrun fp32's on the same prompt ids (a check of the export), and with fp32 in the list the
 // ratio of evalrun's fp32 batch-1 decode to it.
+// Variant fp32-rows (not in the default list): the crossover of the float32 decode-step row kernel
+// (ops/f32_rows) and oneDNN's matmul: fp32 decode tokens/s at batch 1 .. ops::kF32RowsMax with every
+// product of that many rows on the kernel and with none on it (ops::set_f32_rows_limit), the two
+// taking turns (3 rounds, best of each), and the batch sizes where the kernel is faster.
 // With EVALRUN_DATA_DIR set it also times stories260K (200 new tokens after "Once upon a time").
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -56,6 +60,8 @@
 #include "fixtures/make_model.hpp"
 #include "fixtures/make_quantized.hpp"
 #include "model/roberta.hpp"
+#include "ops/f32_rows.hpp"
+#include "ops/gemm.hpp"
 
 namespace {
 
@@ -251,6 +257,33 @@ void family_rows(const std::vector<std::string>& presets, double bw, std::int64_
   }
 }
 
+void rows_crossover(const std::string& dir, std::int64_t prompt, std::int64_t steps) {
+  auto model = evalrun::LlamaModel::load({dir, evalrun::DType::fp32, evalrun::Device::cpu});
+  constexpr std::int64_t kMax = evalrun::ops::kF32RowsMax;
+  double kernel[kMax + 1] = {}, gemm[kMax + 1] = {};
+  for (int round = 0; round < 3; ++round) {
+    for (std::int64_t batch = 1; batch <= kMax; ++batch) {
+      for (const bool on_kernel : {true, false}) {
+        evalrun::ops::set_f32_rows_limit(on_kernel ? kMax : 0);
+        const double tps = batch * steps / run(*model, batch, prompt, steps, 1).decode_s;
+        double& best = on_kernel ? kernel[batch] : gemm[batch];
+        best = std::max(best, tps);
+      }
+    }
+  }
+  evalrun::ops::set_f32_rows_limit(evalrun::ops::kF32RowsDefault);
+  std::string faster;
+  for (std::int64_t batch = 1; batch <= kMax; ++batch) {
+    std::printf("fp32 batch %lld decode: row kernel %.1f tok/s, oneDNN matmul %.1f tok/s: kernel x%.2f\n",
+                static_cast<long long>(batch), kernel[batch], gemm[batch], kernel[batch] / gemm[batch]);
+    if (kernel[batch] <= gemm[batch]) continue;
+    if (!faster.empty()) faster += ',';
+    faster += std::to_string(batch);
+  }
+  std::printf("fp32 row kernel faster at batch %s (linear_f32 gives it up to %lld rows)\n",
+              faster.empty() ? "none" : faster.c_str(), static_cast<long long>(evalrun::ops::kF32RowsDefault));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -271,7 +304,7 @@ int main(int argc, char** argv) {
     }
     llama2c = checkout;
   }
-  const bool llama_110m = wanted("fp32") || wanted("bf16") || wanted("gptq") || wanted("fp8") || wanted("gptq-lm_head8") ||
+  const bool llama_110m = wanted("fp32") || wanted("fp32-rows") || wanted("bf16") || wanted("gptq") || wanted("fp8") || wanted("gptq-lm_head8") ||
                           wanted("llama2c");
   if (dir.empty() && llama_110m) {
     dir = (std::filesystem::temp_directory_path() / "evalrun-bench-llama-110m").string();
@@ -368,6 +401,7 @@ int main(int argc, char** argv) {
                   results["fp32"].decode_tps[0] / c.tokens_per_s);
     }
   }
+  if (wanted("fp32-rows")) rows_crossover(dir, prompt, steps);
   if (wanted("families")) family_rows(family_presets(families), bw, prompt, steps);
   if (results.count("gptq") && results.count("gptq-lm_head8")) {
     const Result& g = results["gptq"];

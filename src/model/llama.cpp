@@ -90,9 +90,10 @@ namespace {
 using torch::Tensor;
 namespace fs = std::filesystem;
 
-// Float projection weights are [in, out] (pre-transposed) on the sgemm path and [out, in] as stored
-// on the torch path: oneDNN's bfloat16 matmul (at::linear) reads the [out, in] layout ~20% faster at
-// the small batches of decoding. Quantized layers run on the sgemm path only.
+// Float projection weights stay [out, in] as stored, on both paths: the float32 path's products
+// (ops::linear_f32) stream that layout at memory speed in decode steps and run oneDNN's matmul on it
+// for more rows; oneDNN's bfloat16 matmul (at::linear) reads it fastest too. Quantized layers run on
+// the float32 path only.
 struct DecoderLayer {
   quant::LinearPtr qkv;      // (nh + 2 nkv) d outputs: q | k | v
   quant::LinearPtr o;        // nh d -> H
@@ -745,8 +746,7 @@ struct LlamaModel::Impl : model::Weights {
         const Tensor x = h.to(torch::kFloat32).contiguous();
         lm_head_int8->forward(x.data_ptr<float>(), R, H, logits.data(), V, 1.0f, 0.0f);
       } else {
-        ops::sgemm('N', 'T', R, V, H, 1.0f, h.data_ptr<float>(), H, lm_head.data_ptr<float>(), H, 0.0f,
-                   logits.data(), V);
+        ops::linear_f32(h.data_ptr<float>(), R, H, lm_head.data_ptr<float>(), V, H, logits.data(), V, 1.0f, 0.0f);
       }
       if (cfg.logits_scaling != 1.0) {
         const float s = static_cast<float>(cfg.logits_scaling);
@@ -831,7 +831,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const ModelLoad& how_to) {
     used.insert(name);
     return model::read_tensor(ckpt, name, shape, m.st, half);
   };
-  const model::LinearLoad how{ckpt, m.quant, m.st, half, m.use_sgemm, used, c.conv1d};
+  const model::LinearLoad how{ckpt, m.quant, m.st, half, /*transposed=*/false, used, c.conv1d};
   const bool layer_norm = c.norm == LlamaConfig::Norm::layer;
 
   const std::string top = c.gpt2_layout ? "transformer." : "model.";

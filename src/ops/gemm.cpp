@@ -1,9 +1,12 @@
 #include "ops/gemm.hpp"
 
+#include "ops/f32_rows.hpp"
+
 #include <torch/torch.h>
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <atomic>
 #include <stdexcept>
 #include <string>
@@ -202,26 +205,32 @@ std::shared_ptr<Primitive> make_primitive(std::int64_t m, std::int64_t k, std::i
   return std::make_shared<Primitive>(Primitive{dnnl::matmul(pd), pd.scratchpad_desc().get_size()});
 }
 
-void execute(const Primitive& p, std::int64_t m, std::int64_t k, std::int64_t n, const void* a, bool a_unsigned,
-             std::int64_t lda, std::int32_t a_zero, bool use_zero, const dnnl::memory& b, std::int32_t* c,
-             std::int64_t ldc) {
+// Runs a primitive on this thread's stream with this thread's scratchpad added to `args`.
+void run_primitive(const Primitive& p, std::unordered_map<int, dnnl::memory>& args, const char* what) {
   const dnnl::engine& eng = matmul_engine().engine;
   thread_local dnnl::stream stream(eng);
   thread_local std::vector<char> scratch;
   if (scratch.size() < p.scratchpad) scratch.resize(p.scratchpad);
-  dnnl::memory A({{m, k}, a_unsigned ? dt::u8 : dt::s8, {lda, 1}}, eng, const_cast<void*>(a));
-  dnnl::memory C({{m, n}, dt::s32, {ldc, 1}}, eng, c);
-  dnnl::memory S({{static_cast<std::int64_t>(p.scratchpad)}, dt::u8, {1}}, eng, scratch.data());
-  std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, A}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, C}, {DNNL_ARG_SCRATCHPAD, S}};
-  std::int32_t zero = a_zero;
-  if (use_zero) args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, dnnl::memory({{1}, dt::s32, {1}}, eng, &zero));
+  args.emplace(DNNL_ARG_SCRATCHPAD,
+               dnnl::memory({{static_cast<std::int64_t>(p.scratchpad)}, dt::u8, {1}}, eng, scratch.data()));
   try {
     p.matmul.execute(stream, args);
     stream.wait();
   } catch (const dnnl::error& err) {
-    throw std::runtime_error(std::string("oneDNN int8 matmul failed: ") + err.what());
+    throw std::runtime_error(std::string("oneDNN ") + what + " matmul failed: " + err.what());
   }
+}
+
+void execute(const Primitive& p, std::int64_t m, std::int64_t k, std::int64_t n, const void* a, bool a_unsigned,
+             std::int64_t lda, std::int32_t a_zero, bool use_zero, const dnnl::memory& b, std::int32_t* c,
+             std::int64_t ldc) {
+  const dnnl::engine& eng = matmul_engine().engine;
+  dnnl::memory A({{m, k}, a_unsigned ? dt::u8 : dt::s8, {lda, 1}}, eng, const_cast<void*>(a));
+  dnnl::memory C({{m, n}, dt::s32, {ldc, 1}}, eng, c);
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, A}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, C}};
+  std::int32_t zero = a_zero;
+  if (use_zero) args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, dnnl::memory({{1}, dt::s32, {1}}, eng, &zero));
+  run_primitive(p, args, "int8");
 }
 
 // Products with plain B, primitives cached by shape.
@@ -266,6 +275,63 @@ bool matmul_igemm(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, 
   }
   const dnnl::memory B(plain_b(k, n, trans_b, ldb), matmul_engine().engine, const_cast<std::int8_t*>(b));
   execute(*prim, m, k, n, a, a_unsigned, lda, a_zero, a_zero != 0, B, c, ldc);
+  return true;
+}
+
+// Float32 products with the weights as a checkpoint stores them, W [N, K] row-major: the matmul's B
+// [K, N] with transposed strides. Its brgemm kernels copy W into their blocked layout as they go and
+// run as fast as sgemm on a pre-transposed copy from about 128 rows on (5% slower at 128 rows, 12% at
+// 16; sgemm 'N','T' on W was 1.4x slower at 128 rows and 2.6x at 16: AMD EPYC, AVX-512, 2 threads).
+// alpha is the output scale, beta = 1 a sum post-op. Primitives cached by shape, as above.
+struct F32Key {
+  std::int64_t m, n, k, lda, ldc;
+  float alpha;
+  bool accumulate;
+  auto tie() const { return std::tie(m, n, k, lda, ldc, alpha, accumulate); }
+  bool operator<(const F32Key& o) const { return tie() < o.tie(); }
+};
+
+// True when the product ran (false: no oneDNN matmul for it, the caller falls back).
+bool matmul_f32_wt(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda, const float* w,
+                   float* c, std::int64_t ldc, float alpha, float beta) {
+  static std::mutex mutex;
+  static std::map<F32Key, std::shared_ptr<Primitive>> cache;
+  static bool failed = false;
+  const F32Key key{m, n, k, lda, ldc, alpha, beta != 0.0f};
+  const dnnl::memory::desc a_desc({m, k}, dt::f32, {lda, 1}), b_desc({k, n}, dt::f32, {1, k}),
+      c_desc({m, n}, dt::f32, {ldc, 1});
+  std::shared_ptr<Primitive> prim;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (failed) return false;
+    auto it = cache.find(key);
+    if (it != cache.end()) {
+      prim = it->second;
+    } else {
+      try {
+        dnnl::primitive_attr attr;
+        attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+        if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+        if (key.accumulate) {
+          dnnl::post_ops ops;
+          ops.append_sum(1.0f);
+          attr.set_post_ops(ops);
+        }
+        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_desc, b_desc, c_desc), attr, matmul_engine().engine);
+        prim = std::make_shared<Primitive>(Primitive{dnnl::matmul(pd), pd.scratchpad_desc().get_size()});
+      } catch (const dnnl::error&) {
+        failed = true;
+        return false;
+      }
+      if (cache.size() >= 4096) cache.clear();
+      cache.emplace(key, prim);
+    }
+  }
+  const dnnl::engine& eng = matmul_engine().engine;
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(a_desc, eng, const_cast<float*>(a))},
+                                             {DNNL_ARG_WEIGHTS, dnnl::memory(b_desc, eng, const_cast<float*>(w))},
+                                             {DNNL_ARG_DST, dnnl::memory(c_desc, eng, c)}};
+  run_primitive(*prim, args, "float32");
   return true;
 }
 
@@ -405,6 +471,23 @@ void gemm_s8s8s32(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, 
   const int status = dnnl_gemm_s8s8s32('N', trans_b, 'F', m, n, k, 1.0f, a, lda, 0, b, ldb, 0, 0.0f, c, ldc, &co);
   if (status != 0) throw std::runtime_error("dnnl_gemm_s8s8s32 failed with status " + std::to_string(status));
 #endif
+}
+
+namespace {
+std::atomic<std::int64_t> g_f32_rows_limit{kF32RowsDefault};
+}  // namespace
+
+void set_f32_rows_limit(std::int64_t rows) { g_f32_rows_limit = std::clamp<std::int64_t>(rows, 0, kF32RowsMax); }
+std::int64_t f32_rows_limit() { return g_f32_rows_limit.load(); }
+
+void linear_f32(const float* x, std::int64_t m, std::int64_t ldx, const float* w, std::int64_t n, std::int64_t k,
+                float* y, std::int64_t ldy, float alpha, float beta) {
+  if (m <= 0 || n <= 0) return;
+  if (m <= g_f32_rows_limit.load() && have_f32_rows_kernel()) return linear_f32_rows(x, m, ldx, w, n, k, y, ldy, alpha, beta);
+#ifdef EVALRUN_HAVE_ONEDNN_MATMUL
+  if (have_onednn_sgemm() && matmul_f32_wt(m, n, k, x, ldx, w, y, ldy, alpha, beta)) return;
+#endif
+  sgemm('N', 'T', m, n, k, alpha, x, ldx, w, k, beta, y, ldy);
 }
 
 }  // namespace evalrun::ops

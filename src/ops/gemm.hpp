@@ -21,6 +21,18 @@ void set_onednn_sgemm_enabled(bool enabled);
 void sgemm(char trans_a, char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
            std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc);
 
+// Row-major y[M, N] = alpha * x[M, K] W^T + beta * y with W [N, K] row-major (a checkpoint's [out, in]
+// layout); beta 0 (y not read) or 1. Up to f32_rows_limit() rows (a decode step) on the AVX-512 row
+// kernel (ops/f32_rows.hpp) where the CPU has it, which streams W at memory speed; more rows on
+// oneDNN's matmul primitive (sgemm 'N','T' without it). A row's result may differ in rounding between
+// the two (the tests allow float tolerance across batch sizes, tokens equal).
+void linear_f32(const float* x, std::int64_t m, std::int64_t ldx, const float* w, std::int64_t n, std::int64_t k,
+                float* y, std::int64_t ldy, float alpha, float beta);
+// The most rows linear_f32 gives the row kernel: ops::kF32RowsDefault unless set (clamped to 0 ..
+// kF32RowsMax; 0: never). The decode benchmark sets it to find where the GEMM overtakes the kernel.
+void set_f32_rows_limit(std::int64_t rows);
+std::int64_t f32_rows_limit();
+
 // True when the integer products below run on oneDNN; false: a plain C++ loop (correct, slow), used
 // when the build found no libdnnl. With oneDNN's headers (Debian's libdnnl-dev) they run on its
 // matmul primitive (AMX or VNNI kernels where the CPU has them), else on its dnnl_gemm_* functions

@@ -18,8 +18,11 @@ void DenseLinear::forward(const float* x, std::int64_t M, std::int64_t ldx, floa
                           float beta) {
   if (weight_.scalar_type() != torch::kFloat32) throw std::logic_error("DenseLinear::forward needs float32 weights");
   const std::int64_t in = in_features(), out = out_features();
-  ops::sgemm('N', transposed_ ? 'N' : 'T', M, out, in, alpha, x, ldx, weight_.data_ptr<float>(),
-             transposed_ ? out : in, beta, y, ldy);
+  if (transposed_) {
+    ops::sgemm('N', 'N', M, out, in, alpha, x, ldx, weight_.data_ptr<float>(), out, beta, y, ldy);
+  } else {
+    ops::linear_f32(x, M, ldx, weight_.data_ptr<float>(), out, in, y, ldy, alpha, beta);
+  }
   if (!bias_.defined()) return;
   const float* b = bias_.data_ptr<float>();
   for (std::int64_t m = 0; m < M; ++m) {

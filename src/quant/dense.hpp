@@ -11,15 +11,16 @@ namespace evalrun::quant {
 class DenseLinear final : public Linear {
  public:
   // weight [out, in] and bias [out] (undefined tensor: none), already in the compute dtype.
-  // transposed = true stores W^T [in, out] (one row-major GEMM on the sgemm path); false keeps
-  // [out, in] (what at::linear reads fastest).
+  // transposed = true stores W^T [in, out] (forward: one row-major sgemm, the encoders' layout);
+  // false keeps [out, in] (forward: ops::linear_f32, whose decode-step row kernel streams this
+  // layout at memory speed; at::linear reads it fastest too).
   DenseLinear(const torch::Tensor& weight, const torch::Tensor& bias, bool transposed);
 
   const torch::Tensor& weight() const { return weight_; }  // [in, out] if transposed() else [out, in]
   const torch::Tensor& bias() const { return bias_; }      // undefined when none
   bool transposed() const { return transposed_; }
 
-  // Float32 storage only (the sgemm path); the torch path uses weight() directly.
+  // Float32 storage only (the float32 fast path); the torch path uses weight() directly.
   void forward(const float* x, std::int64_t M, std::int64_t ldx, float* y, std::int64_t ldy, float alpha,
                float beta) override;
   std::vector<float> weight_f32() const override;
