@@ -18,7 +18,10 @@
 // the default list): the same weights as FP8 e4m3, per-channel scales, dynamic activations (emulated:
 // tiles dequantized to float32).
 // Variant gptq-lm_head8 (not in the default list): the GPTQ weights with the lm_head quantized in
-// memory to INT8 (quantization.lm_head = "int8"), printed against gptq as a ratio.
+// memory to INT8 (quantization.lm_head = "int8"), printed against gptq as a ratio. Variants int8 and
+// int8-lm_head8 (not in the default list): the fp32 checkpoint's projections quantized in memory to
+// INT8 W8A8 (per-channel weights, per-token activations: quantization.direct = true), the second with
+// the lm_head in INT8 too, printed against fp32.
 // Variant families: one row per decoder preset (the make-model presets of every family), fp32 batch 1:
 // decode tokens/s and the share of the same bandwidth bound, the bytes a step reads being every
 // projection once (of a mixture-of-experts layer only the num_experts_per_tok routed experts, k / E
@@ -62,6 +65,7 @@
 #include "model/roberta.hpp"
 #include "ops/f32_rows.hpp"
 #include "ops/gemm.hpp"
+#include "quant/int8.hpp"
 
 namespace {
 
@@ -340,6 +344,7 @@ int main(int argc, char** argv) {
     std::string dir;
     evalrun::DType dtype;
     bool lm_head_int8 = false;
+    bool int8 = false;  // the float checkpoint's projections quantized in memory (direct INT8 W8A8, per_token)
   };
   struct Result {
     double decode_tps[2] = {0, 0};
@@ -348,13 +353,31 @@ int main(int argc, char** argv) {
   std::map<std::string, Result> results;
   for (const Variant& v : {Variant{"fp32", dir, evalrun::DType::fp32}, Variant{"bf16", dir, evalrun::DType::bf16},
                            Variant{"gptq", gptq_dir, evalrun::DType::fp32}, Variant{"fp8", fp8_dir, evalrun::DType::fp32},
-                           Variant{"gptq-lm_head8", gptq_dir, evalrun::DType::fp32, true}}) {
+                           Variant{"gptq-lm_head8", gptq_dir, evalrun::DType::fp32, true},
+                           Variant{"int8", dir, evalrun::DType::fp32, false, true},
+                           Variant{"int8-lm_head8", dir, evalrun::DType::fp32, true, true}}) {
     if (!wanted(v.label)) continue;
     auto model = evalrun::LlamaModel::load({v.dir, v.dtype, evalrun::Device::cpu});
+    if (v.int8) {  // as quantization.direct = true does it: per-channel weights, per-token activations
+      evalrun::quant::Int8Settings s;
+      auto replace = [&](std::size_t i, evalrun::quant::LinearPtr l) { return model->replace_linear(i, std::move(l)); };
+      auto sites = evalrun::quant::quantize_sites_int8(model->linear_sites(), replace, [] {}, s);
+      for (std::size_t i = 0; i < sites.size(); ++i) {
+        model->replace_linear(i, evalrun::quant::concat_outputs(std::move(sites[i].parts)));
+      }
+    }
     if (v.lm_head_int8) model->quantize_lm_head_int8();
     const auto& c = model->config();
     Result res;
-    for (const auto& site : model->linear_sites()) res.linear_bytes += static_cast<double>(site.layer->resident_bytes());
+    // Bytes a step streams per projection: what the layer holds, except INT8, which holds its weights
+    // twice (as given and in oneDNN's layout) and reads one copy (a byte per weight, a scale per row).
+    double step_linear = 0;
+    for (const auto& site : model->linear_sites()) {
+      const auto& l = *site.layer;
+      res.linear_bytes += static_cast<double>(l.resident_bytes());
+      step_linear += v.int8 ? static_cast<double>(l.in_features() + 4) * l.out_features()
+                            : static_cast<double>(l.resident_bytes());
+    }
     // embedding, lm_head, norms: float32 (bf16 runs: bfloat16)
     const double value_bytes = v.dtype == evalrun::DType::bf16 ? 2.0 : 4.0;
     res.model_bytes = res.linear_bytes + value_bytes * (2.0 * c.vocab_size * c.hidden_size +
@@ -366,7 +389,7 @@ int main(int argc, char** argv) {
     if (v.lm_head_int8)  // resident: the int8 weights and the row scales twice (as given, per row)
       res.model_bytes -= value_bytes * static_cast<double>(c.vocab_size) * c.hidden_size -
                          static_cast<double>(c.vocab_size) * (c.hidden_size + 8.0);
-    const double wbytes = res.linear_bytes + value_bytes * c.hidden_size + head_bytes;
+    const double wbytes = step_linear + value_bytes * c.hidden_size + head_bytes;
     int slot = 0;
     for (std::int64_t batch : {1, 8}) {
       const Timing t = run(*model, batch, prompt, steps, 2);
@@ -410,7 +433,7 @@ int main(int argc, char** argv) {
                 "whole model x%.3f\n",
                 h.decode_tps[0] / g.decode_tps[0], h.decode_tps[1] / g.decode_tps[1], h.model_bytes / g.model_bytes);
   }
-  for (const char* q : {"gptq", "fp8"}) {
+  for (const char* q : {"gptq", "fp8", "int8", "int8-lm_head8"}) {
     if (!results.count("fp32") || !results.count(q)) continue;
     const Result& f = results["fp32"];
     const Result& g = results[q];

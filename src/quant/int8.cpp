@@ -12,6 +12,7 @@
 #include "common/errors.hpp"
 #include "dist/communicator.hpp"
 #include "ops/gemm.hpp"
+#include "ops/int8_rows.hpp"
 #include "quant/int8_kernels.hpp"
 
 namespace evalrun::quant {
@@ -287,7 +288,17 @@ void Int8Linear::forward_rows(const float* x, std::int64_t M, std::int64_t ldx, 
     }
   }
 
-  packed_->multiply(Mp, a, K, act_.zero_point, acc, N);
+  if (M <= ops::kInt8RowsMax && ops::have_int8_rows_kernel()) {
+    // A decode step: the VNNI row kernel streams the [out, in] weights once (exact, as the GEMM).
+    if (row_sums_.empty()) {
+      row_sums_.resize(static_cast<std::size_t>(N));
+      ops::int8_row_sums(weight_.data(), N, K, row_sums_.data());
+    }
+    ops::int8_rows(a, act_.mode != Int8Activations::per_tensor_asymm, act_.zero_point, M, K, weight_.data(),
+                   row_sums_.data(), N, K, acc, N);
+  } else {
+    packed_->multiply(Mp, a, K, act_.zero_point, acc, N);
+  }
 
   const float* b = bias_.empty() ? nullptr : bias_.data();
   const bool accumulate = beta != 0.0f;
@@ -312,8 +323,9 @@ std::vector<float> Int8Linear::weight_f32() const {
 }
 
 std::size_t Int8Linear::resident_bytes() const {
-  return weight_.size() + (packed_ ? packed_->bytes() : 0) + (weight_scale_.size() + row_scale_.size() + inv_smooth_.size() + act_.smooth_scale.size() +
-                           bias_.size()) * sizeof(float);
+  return weight_.size() + (packed_ ? packed_->bytes() : 0) + row_sums_.size() * sizeof(std::int32_t) +
+         (weight_scale_.size() + row_scale_.size() + inv_smooth_.size() + act_.smooth_scale.size() + bias_.size()) *
+             sizeof(float);
 }
 
 std::string Int8Linear::describe() const {

@@ -86,7 +86,8 @@ class Int8Linear final : public Linear {
              Int8ActivationParams act, std::vector<float> bias);
 
   // Quantizes x (divided by the smooth scale) per the activation mode, runs the int8 product with
-  // int32 accumulation through ops::gemm_s8s8s32 (symmetric) / gemm_u8s8s32 (asymmetric), and writes
+  // int32 accumulation (up to ops::kInt8RowsMax rows on the VNNI row kernel, ops/int8_rows, where the
+  // CPU has it; more through ops::PackedS8Weights: oneDNN's matmul), and writes
   // y = beta * y + alpha * (acc * x_scale[row] * w_scale[col] + bias). Rows are independent: the
   // result does not depend on M or on the other rows. Scratch buffers are shared by all layers of a
   // thread and reused (grown, never shrunk).
@@ -126,6 +127,7 @@ class Int8Linear final : public Linear {
   Int8ActivationParams act_;
   std::vector<float> bias_;
   std::unique_ptr<ops::PackedS8Weights> packed_;  // weight_ in the product's layout (made at the first forward)
+  std::vector<std::int32_t> row_sums_;  // [out]: each weight row's sum, for the decode-step row kernel (ops/int8_rows)
   bool per_tensor_ = false;  // one weight scale per checkpoint layer (for describe())
   bool exportable_ = true;   // false for a concatenation of several checkpoint layers
   Communicator* group_ = nullptr;  // row-parallel part: per_token scales over the group (set_row_group)

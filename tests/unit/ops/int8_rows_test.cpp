@@ -1,0 +1,49 @@
+// The INT8 decode-step kernel against the exact integer product: signed activations and unsigned ones
+// with a zero point, 1-4 rows, row strides, tails of every length class.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "ops/int8_rows.hpp"
+
+namespace {
+
+TEST(Int8Rows, EqualsTheExactProduct) {
+  if (!evalrun::ops::have_int8_rows_kernel()) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
+  std::mt19937 gen(11);
+  std::uniform_int_distribution<int> byte(-128, 127), ubyte(0, 255);
+  for (const std::int64_t k : {1, 63, 64, 65, 127, 128, 129, 200, 768, 770}) {
+    for (const bool a_signed : {true, false}) {
+      const std::int64_t n = 70, lda = k + 5, ldc = n + 3;
+      const std::int32_t zero = a_signed ? 0 : 131;
+      std::vector<std::int8_t> w(static_cast<std::size_t>(n * k));
+      for (auto& v : w) v = static_cast<std::int8_t>(byte(gen));
+      w[0] = -128;  // the extremes multiply too
+      std::vector<std::uint8_t> a(static_cast<std::size_t>(evalrun::ops::kInt8RowsMax * lda));
+      for (auto& v : a) v = static_cast<std::uint8_t>(a_signed ? static_cast<std::uint8_t>(byte(gen)) : ubyte(gen));
+      std::vector<std::int32_t> sums(static_cast<std::size_t>(n));
+      evalrun::ops::int8_row_sums(w.data(), n, k, sums.data());
+      for (std::int64_t m = 1; m <= evalrun::ops::kInt8RowsMax; ++m) {
+        std::vector<std::int32_t> c(static_cast<std::size_t>(m * ldc), -7);
+        evalrun::ops::int8_rows(a.data(), a_signed, zero, m, lda, w.data(), sums.data(), n, k, c.data(), ldc);
+        for (std::int64_t r = 0; r < m; ++r) {
+          for (std::int64_t j = 0; j < n; ++j) {
+            std::int64_t want = 0;
+            for (std::int64_t p = 0; p < k; ++p) {
+              const std::int64_t av = a_signed ? static_cast<std::int8_t>(a[r * lda + p]) : a[r * lda + p] - zero;
+              want += av * w[j * k + p];
+            }
+            ASSERT_EQ(c[r * ldc + j], want) << "k " << k << (a_signed ? " s8" : " u8") << " m " << m << " row " << r
+                                            << " col " << j;
+          }
+          for (std::int64_t j = n; j < ldc; ++j) ASSERT_EQ(c[r * ldc + j], -7) << "padding written";
+        }
+      }
+    }
+  }
+  EXPECT_THROW(evalrun::ops::int8_rows(nullptr, true, 1, 1, 1, nullptr, nullptr, 1, 1, nullptr, 1), std::invalid_argument);
+}
+
+}  // namespace
