@@ -40,7 +40,8 @@
 // Variant fp32-rows (not in the default list): the crossover of the float32 decode-step row kernel
 // (ops/f32_rows) and oneDNN's matmul: fp32 decode tokens/s at batch 1 .. ops::kF32RowsMax with every
 // product of that many rows on the kernel and with none on it (ops::set_f32_rows_limit), the two
-// taking turns (3 rounds, best of each), and the batch sizes where the kernel is faster.
+// taking turns (3 rounds, best of each), and the batch sizes where the kernel is faster. Variant
+// int8-rows: the same for the INT8 row kernel (ops/int8_rows), on the int8-lm_head8 model.
 // With EVALRUN_DATA_DIR set it also times stories260K (200 new tokens after "Once upon a time").
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -65,6 +66,7 @@
 #include "model/roberta.hpp"
 #include "ops/f32_rows.hpp"
 #include "ops/gemm.hpp"
+#include "ops/int8_rows.hpp"
 #include "quant/int8.hpp"
 
 namespace {
@@ -261,31 +263,43 @@ void family_rows(const std::vector<std::string>& presets, double bw, std::int64_
   }
 }
 
-void rows_crossover(const std::string& dir, std::int64_t prompt, std::int64_t steps) {
-  auto model = evalrun::LlamaModel::load({dir, evalrun::DType::fp32, evalrun::Device::cpu});
-  constexpr std::int64_t kMax = evalrun::ops::kF32RowsMax;
-  double kernel[kMax + 1] = {}, gemm[kMax + 1] = {};
+// The projections quantized in memory as quantization.direct = true does it: INT8 W8A8, per-channel
+// weights, per-token activations.
+void quantize_int8(evalrun::LlamaModel& model) {
+  evalrun::quant::Int8Settings s;
+  auto replace = [&](std::size_t i, evalrun::quant::LinearPtr l) { return model.replace_linear(i, std::move(l)); };
+  auto sites = evalrun::quant::quantize_sites_int8(model.linear_sites(), replace, [] {}, s);
+  for (std::size_t i = 0; i < sites.size(); ++i) {
+    model.replace_linear(i, evalrun::quant::concat_outputs(std::move(sites[i].parts)));
+  }
+}
+
+// The row kernel of a precision against oneDNN's matmul at batch 1 .. kMax, taking turns (3 rounds,
+// best of each); `limit` sets how many rows the kernel takes, `label` names the model's precision.
+void rows_crossover(evalrun::LlamaModel& model, const char* label, std::int64_t kMax, std::int64_t in_use,
+                    void (*limit)(std::int64_t), std::int64_t prompt, std::int64_t steps) {
+  std::vector<double> kernel(kMax + 1, 0.0), gemm(kMax + 1, 0.0);
   for (int round = 0; round < 3; ++round) {
     for (std::int64_t batch = 1; batch <= kMax; ++batch) {
       for (const bool on_kernel : {true, false}) {
-        evalrun::ops::set_f32_rows_limit(on_kernel ? kMax : 0);
-        const double tps = batch * steps / run(*model, batch, prompt, steps, 1).decode_s;
+        limit(on_kernel ? kMax : 0);
+        const double tps = batch * steps / run(model, batch, prompt, steps, 1).decode_s;
         double& best = on_kernel ? kernel[batch] : gemm[batch];
         best = std::max(best, tps);
       }
     }
   }
-  evalrun::ops::set_f32_rows_limit(evalrun::ops::kF32RowsDefault);
+  limit(in_use);
   std::string faster;
   for (std::int64_t batch = 1; batch <= kMax; ++batch) {
-    std::printf("fp32 batch %lld decode: row kernel %.1f tok/s, oneDNN matmul %.1f tok/s: kernel x%.2f\n",
+    std::printf("%s batch %lld decode: row kernel %.1f tok/s, oneDNN matmul %.1f tok/s: kernel x%.2f\n", label,
                 static_cast<long long>(batch), kernel[batch], gemm[batch], kernel[batch] / gemm[batch]);
     if (kernel[batch] <= gemm[batch]) continue;
     if (!faster.empty()) faster += ',';
     faster += std::to_string(batch);
   }
-  std::printf("fp32 row kernel faster at batch %s (linear_f32 gives it up to %lld rows)\n",
-              faster.empty() ? "none" : faster.c_str(), static_cast<long long>(evalrun::ops::kF32RowsDefault));
+  std::printf("%s row kernel faster at batch %s (it takes up to %lld rows)\n", label,
+              faster.empty() ? "none" : faster.c_str(), static_cast<long long>(in_use));
 }
 
 }  // namespace
@@ -308,7 +322,8 @@ int main(int argc, char** argv) {
     }
     llama2c = checkout;
   }
-  const bool llama_110m = wanted("fp32") || wanted("fp32-rows") || wanted("bf16") || wanted("gptq") || wanted("fp8") || wanted("gptq-lm_head8") ||
+  const bool llama_110m = wanted("fp32") || wanted("fp32-rows") || wanted("int8-rows") || wanted("int8") ||
+                          wanted("int8-lm_head8") || wanted("bf16") || wanted("gptq") || wanted("fp8") || wanted("gptq-lm_head8") ||
                           wanted("llama2c");
   if (dir.empty() && llama_110m) {
     dir = (std::filesystem::temp_directory_path() / "evalrun-bench-llama-110m").string();
@@ -358,14 +373,7 @@ int main(int argc, char** argv) {
                            Variant{"int8-lm_head8", dir, evalrun::DType::fp32, true, true}}) {
     if (!wanted(v.label)) continue;
     auto model = evalrun::LlamaModel::load({v.dir, v.dtype, evalrun::Device::cpu});
-    if (v.int8) {  // as quantization.direct = true does it: per-channel weights, per-token activations
-      evalrun::quant::Int8Settings s;
-      auto replace = [&](std::size_t i, evalrun::quant::LinearPtr l) { return model->replace_linear(i, std::move(l)); };
-      auto sites = evalrun::quant::quantize_sites_int8(model->linear_sites(), replace, [] {}, s);
-      for (std::size_t i = 0; i < sites.size(); ++i) {
-        model->replace_linear(i, evalrun::quant::concat_outputs(std::move(sites[i].parts)));
-      }
-    }
+    if (v.int8) quantize_int8(*model);
     if (v.lm_head_int8) model->quantize_lm_head_int8();
     const auto& c = model->config();
     Result res;
@@ -424,7 +432,18 @@ int main(int argc, char** argv) {
                   results["fp32"].decode_tps[0] / c.tokens_per_s);
     }
   }
-  if (wanted("fp32-rows")) rows_crossover(dir, prompt, steps);
+  if (wanted("fp32-rows")) {
+    auto model = evalrun::LlamaModel::load({dir, evalrun::DType::fp32, evalrun::Device::cpu});
+    rows_crossover(*model, "fp32", evalrun::ops::kF32RowsMax, evalrun::ops::kF32RowsDefault,
+                   evalrun::ops::set_f32_rows_limit, prompt, steps);
+  }
+  if (wanted("int8-rows")) {
+    auto model = evalrun::LlamaModel::load({dir, evalrun::DType::fp32, evalrun::Device::cpu});
+    quantize_int8(*model);
+    model->quantize_lm_head_int8();
+    rows_crossover(*model, "int8 (INT8 lm_head)", evalrun::ops::kInt8RowsMax, evalrun::ops::kInt8RowsMax,
+                   evalrun::ops::set_int8_rows_limit, prompt, steps);
+  }
   if (wanted("families")) family_rows(family_presets(families), bw, prompt, steps);
   if (results.count("gptq") && results.count("gptq-lm_head8")) {
     const Result& g = results["gptq"];

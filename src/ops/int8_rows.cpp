@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <stdexcept>
 
 namespace evalrun::ops {
@@ -57,6 +58,13 @@ using Columns = void (*)(const std::uint8_t*, std::uint8_t, std::int64_t, const 
 constexpr Columns kColumns[kInt8RowsMax] = {columns<1>, columns<2>, columns<3>, columns<4>};
 
 }  // namespace
+
+namespace {
+std::atomic<std::int64_t> g_limit{kInt8RowsMax};
+}  // namespace
+
+void set_int8_rows_limit(std::int64_t rows) { g_limit = std::clamp<std::int64_t>(rows, 0, kInt8RowsMax); }
+std::int64_t int8_rows_limit() { return g_limit.load(); }
 
 bool have_int8_rows_kernel() {
   static const bool yes = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");

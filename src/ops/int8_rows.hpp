@@ -14,6 +14,11 @@ constexpr std::int64_t kInt8RowsMax = 4;
 // True when the CPU has AVX512-VNNI (and BW), else callers use the GEMM.
 bool have_int8_rows_kernel();
 
+// The most rows Int8Linear gives the kernel: kInt8RowsMax unless set (clamped to 0 .. kInt8RowsMax;
+// 0: never). The decode benchmark sets it to compare the kernel with oneDNN's matmul.
+void set_int8_rows_limit(std::int64_t rows);
+std::int64_t int8_rows_limit();
+
 // Sums over each weight row, colsum[j] = sum_p w[j, p], which the kernel needs (computed once per layer).
 void int8_row_sums(const std::int8_t* w, std::int64_t n, std::int64_t k, std::int32_t* colsum);
 

@@ -288,7 +288,7 @@ void Int8Linear::forward_rows(const float* x, std::int64_t M, std::int64_t ldx, 
     }
   }
 
-  if (M <= ops::kInt8RowsMax && ops::have_int8_rows_kernel()) {
+  if (M <= ops::int8_rows_limit() && ops::have_int8_rows_kernel()) {
     // A decode step: the VNNI row kernel streams the [out, in] weights once (exact, as the GEMM).
     if (row_sums_.empty()) {
       row_sums_.resize(static_cast<std::size_t>(N));

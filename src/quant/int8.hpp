@@ -86,7 +86,7 @@ class Int8Linear final : public Linear {
              Int8ActivationParams act, std::vector<float> bias);
 
   // Quantizes x (divided by the smooth scale) per the activation mode, runs the int8 product with
-  // int32 accumulation (up to ops::kInt8RowsMax rows on the VNNI row kernel, ops/int8_rows, where the
+  // int32 accumulation (up to ops::int8_rows_limit() rows on the VNNI row kernel, ops/int8_rows, where the
   // CPU has it; more through ops::PackedS8Weights: oneDNN's matmul), and writes
   // y = beta * y + alpha * (acc * x_scale[row] * w_scale[col] + bias). Rows are independent: the
   // result does not depend on M or on the other rows. Scratch buffers are shared by all layers of a

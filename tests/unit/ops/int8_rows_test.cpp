@@ -46,4 +46,12 @@ TEST(Int8Rows, EqualsTheExactProduct) {
   EXPECT_THROW(evalrun::ops::int8_rows(nullptr, true, 1, 1, 1, nullptr, nullptr, 1, 1, nullptr, 1), std::invalid_argument);
 }
 
+TEST(Int8Rows, LimitIsClamped) {
+  EXPECT_EQ(evalrun::ops::int8_rows_limit(), evalrun::ops::kInt8RowsMax);
+  evalrun::ops::set_int8_rows_limit(-3);
+  EXPECT_EQ(evalrun::ops::int8_rows_limit(), 0);
+  evalrun::ops::set_int8_rows_limit(99);
+  EXPECT_EQ(evalrun::ops::int8_rows_limit(), evalrun::ops::kInt8RowsMax);
+}
+
 }  // namespace
