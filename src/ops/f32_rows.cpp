@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <stdexcept>
 
 namespace evalrun::ops {
@@ -57,7 +58,12 @@ using Columns = void (*)(const float*, std::int64_t, const float*, std::int64_t,
                          std::int64_t, float, float);
 constexpr Columns kColumns[kF32RowsMax] = {columns<1>, columns<2>, columns<3>, columns<4>};
 
+std::atomic<std::int64_t> g_limit{kF32RowsDefault};
+
 }  // namespace
+
+void set_f32_rows_limit(std::int64_t rows) { g_limit = std::clamp<std::int64_t>(rows, 0, kF32RowsMax); }
+std::int64_t f32_rows_limit() { return g_limit.load(); }
 
 bool have_f32_rows_kernel() {
   static const bool yes = __builtin_cpu_supports("avx512f");

@@ -15,6 +15,11 @@ namespace evalrun::ops {
 constexpr std::int64_t kF32RowsMax = 4;
 constexpr std::int64_t kF32RowsDefault = 4;
 
+// The most rows linear_f32 gives the row kernel: kF32RowsDefault unless set (clamped to 0 ..
+// kF32RowsMax; 0: never). The decode benchmark sets it to find where the GEMM overtakes the kernel.
+void set_f32_rows_limit(std::int64_t rows);
+std::int64_t f32_rows_limit();
+
 // True when the CPU has AVX-512 F (else callers use a GEMM).
 bool have_f32_rows_kernel();
 

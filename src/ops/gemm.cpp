@@ -473,17 +473,10 @@ void gemm_s8s8s32(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, 
 #endif
 }
 
-namespace {
-std::atomic<std::int64_t> g_f32_rows_limit{kF32RowsDefault};
-}  // namespace
-
-void set_f32_rows_limit(std::int64_t rows) { g_f32_rows_limit = std::clamp<std::int64_t>(rows, 0, kF32RowsMax); }
-std::int64_t f32_rows_limit() { return g_f32_rows_limit.load(); }
-
 void linear_f32(const float* x, std::int64_t m, std::int64_t ldx, const float* w, std::int64_t n, std::int64_t k,
                 float* y, std::int64_t ldy, float alpha, float beta) {
   if (m <= 0 || n <= 0) return;
-  if (m <= g_f32_rows_limit.load() && have_f32_rows_kernel()) return linear_f32_rows(x, m, ldx, w, n, k, y, ldy, alpha, beta);
+  if (m <= f32_rows_limit() && have_f32_rows_kernel()) return linear_f32_rows(x, m, ldx, w, n, k, y, ldy, alpha, beta);
 #ifdef EVALRUN_HAVE_ONEDNN_MATMUL
   if (have_onednn_sgemm() && matmul_f32_wt(m, n, k, x, ldx, w, y, ldy, alpha, beta)) return;
 #endif

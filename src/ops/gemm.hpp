@@ -28,10 +28,6 @@ void sgemm(char trans_a, char trans_b, std::int64_t m, std::int64_t n, std::int6
 // the two (the tests allow float tolerance across batch sizes, tokens equal).
 void linear_f32(const float* x, std::int64_t m, std::int64_t ldx, const float* w, std::int64_t n, std::int64_t k,
                 float* y, std::int64_t ldy, float alpha, float beta);
-// The most rows linear_f32 gives the row kernel: ops::kF32RowsDefault unless set (clamped to 0 ..
-// kF32RowsMax; 0: never). The decode benchmark sets it to find where the GEMM overtakes the kernel.
-void set_f32_rows_limit(std::int64_t rows);
-std::int64_t f32_rows_limit();
 
 // True when the integer products below run on oneDNN; false: a plain C++ loop (correct, slow), used
 // when the build found no libdnnl. With oneDNN's headers (Debian's libdnnl-dev) they run on its

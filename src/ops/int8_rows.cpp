@@ -57,10 +57,8 @@ using Columns = void (*)(const std::uint8_t*, std::uint8_t, std::int64_t, const 
                          std::int32_t, std::int64_t, std::int64_t, std::int64_t, std::int32_t*, std::int64_t);
 constexpr Columns kColumns[kInt8RowsMax] = {columns<1>, columns<2>, columns<3>, columns<4>};
 
-}  // namespace
-
-namespace {
 std::atomic<std::int64_t> g_limit{kInt8RowsMax};
+
 }  // namespace
 
 void set_int8_rows_limit(std::int64_t rows) { g_limit = std::clamp<std::int64_t>(rows, 0, kInt8RowsMax); }

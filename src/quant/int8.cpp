@@ -212,6 +212,9 @@ void Int8Linear::forward(const float* x, std::int64_t M, std::int64_t ldx, float
   if (!packed_) {
     packed_ = std::make_unique<ops::PackedS8Weights>(out_features(), in_features(), weight_.data(),
                                                      act_.mode == Int8Activations::per_tensor_asymm);
+    // The row kernel's weight-row sums, made here and not in forward_rows, which threads share.
+    row_sums_.resize(static_cast<std::size_t>(out_features()));
+    ops::int8_row_sums(weight_.data(), out_features(), in_features(), row_sums_.data());
   }
   // Many rows: blocks of at most 256 rows, each quantized, multiplied and dequantized by one thread
   // while its input and int32 product stay in that core's cache. In a probe of oneDNN alone, one
@@ -290,10 +293,6 @@ void Int8Linear::forward_rows(const float* x, std::int64_t M, std::int64_t ldx, 
 
   if (M <= ops::int8_rows_limit() && ops::have_int8_rows_kernel()) {
     // A decode step: the VNNI row kernel streams the [out, in] weights once (exact, as the GEMM).
-    if (row_sums_.empty()) {
-      row_sums_.resize(static_cast<std::size_t>(N));
-      ops::int8_row_sums(weight_.data(), N, K, row_sums_.data());
-    }
     ops::int8_rows(a, act_.mode != Int8Activations::per_tensor_asymm, act_.zero_point, M, K, weight_.data(),
                    row_sums_.data(), N, K, acc, N);
   } else {
