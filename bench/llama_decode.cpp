@@ -16,7 +16,7 @@
 // run: decode tokens/s and the resident bytes of the projections (Linear::resident_bytes) and of the
 // whole model's weights (embedding and lm_head stay float32), printed as ratios. Variant fp8 (not in
 // the default list): the same weights as FP8 e4m3, per-channel scales, dynamic activations (emulated:
-// tiles dequantized to float32).
+// activations rounded to e4m3, products in float32; decode steps on the ops/fp8_rows kernel).
 // Variant gptq-lm_head8 (not in the default list): the GPTQ weights with the lm_head quantized in
 // memory to INT8 (quantization.lm_head = "int8"), printed against gptq as a ratio. Variants int8 and
 // int8-lm_head8 (not in the default list): the fp32 checkpoint's projections quantized in memory to
@@ -41,7 +41,8 @@
 // (ops/f32_rows) and oneDNN's matmul: fp32 decode tokens/s at batch 1 .. ops::kF32RowsMax with every
 // product of that many rows on the kernel and with none on it (ops::set_f32_rows_limit), the two
 // taking turns (3 rounds, best of each), and the batch sizes where the kernel is faster. Variant
-// int8-rows: the same for the INT8 row kernel (ops/int8_rows), on the int8-lm_head8 model.
+// int8-rows: the same for the INT8 row kernel (ops/int8_rows), on the int8-lm_head8 model; fp8-rows for
+// the FP8 one (ops/fp8_rows) against the layer's float32 tiles + sgemm, on the fp8 model.
 // With EVALRUN_DATA_DIR set it also times stories260K (200 new tokens after "Once upon a time").
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -65,6 +66,7 @@
 #include "fixtures/make_quantized.hpp"
 #include "model/roberta.hpp"
 #include "ops/f32_rows.hpp"
+#include "ops/fp8_rows.hpp"
 #include "ops/gemm.hpp"
 #include "ops/int8_rows.hpp"
 #include "quant/int8.hpp"
@@ -274,10 +276,11 @@ void quantize_int8(evalrun::LlamaModel& model) {
   }
 }
 
-// The row kernel of a precision against oneDNN's matmul at batch 1 .. kMax, taking turns (3 rounds,
-// best of each); `limit` sets how many rows the kernel takes, `label` names the model's precision.
-void rows_crossover(evalrun::LlamaModel& model, const char* label, std::int64_t kMax, std::int64_t in_use,
-                    void (*limit)(std::int64_t), std::int64_t prompt, std::int64_t steps) {
+// The row kernel of a precision against the layer's other path (`other`: oneDNN's matmul, or FP8's
+// float32 tiles + sgemm) at batch 1 .. kMax, taking turns (3 rounds, best of each); `limit` sets how
+// many rows the kernel takes, `label` names the model's precision.
+void rows_crossover(evalrun::LlamaModel& model, const char* label, const char* other, std::int64_t kMax,
+                    std::int64_t in_use, void (*limit)(std::int64_t), std::int64_t prompt, std::int64_t steps) {
   std::vector<double> kernel(kMax + 1, 0.0), gemm(kMax + 1, 0.0);
   for (int round = 0; round < 3; ++round) {
     for (std::int64_t batch = 1; batch <= kMax; ++batch) {
@@ -292,8 +295,8 @@ void rows_crossover(evalrun::LlamaModel& model, const char* label, std::int64_t 
   limit(in_use);
   std::string faster;
   for (std::int64_t batch = 1; batch <= kMax; ++batch) {
-    std::printf("%s batch %lld decode: row kernel %.1f tok/s, oneDNN matmul %.1f tok/s: kernel x%.2f\n", label,
-                static_cast<long long>(batch), kernel[batch], gemm[batch], kernel[batch] / gemm[batch]);
+    std::printf("%s batch %lld decode: row kernel %.1f tok/s, %s %.1f tok/s: kernel x%.2f\n", label,
+                static_cast<long long>(batch), kernel[batch], other, gemm[batch], kernel[batch] / gemm[batch]);
     if (kernel[batch] <= gemm[batch]) continue;
     if (!faster.empty()) faster += ',';
     faster += std::to_string(batch);
@@ -322,7 +325,7 @@ int main(int argc, char** argv) {
     }
     llama2c = checkout;
   }
-  const bool llama_110m = wanted("fp32") || wanted("fp32-rows") || wanted("int8-rows") || wanted("int8") ||
+  const bool llama_110m = wanted("fp32") || wanted("fp32-rows") || wanted("int8-rows") || wanted("fp8-rows") || wanted("int8") ||
                           wanted("int8-lm_head8") || wanted("bf16") || wanted("gptq") || wanted("fp8") || wanted("gptq-lm_head8") ||
                           wanted("llama2c");
   if (dir.empty() && llama_110m) {
@@ -347,7 +350,7 @@ int main(int argc, char** argv) {
     s.sym = false;
     evalrun::make_gptq_checkpoint(gptq_dir, s, 0);
   }
-  if (wanted("fp8") && !std::filesystem::exists(std::filesystem::path(fp8_dir) / "model.safetensors")) {
+  if ((wanted("fp8") || wanted("fp8-rows")) && !std::filesystem::exists(std::filesystem::path(fp8_dir) / "model.safetensors")) {
     std::printf("writing the FP8 version to %s\n", fp8_dir.c_str());
     std::filesystem::remove_all(fp8_dir);
     std::filesystem::copy(dir, fp8_dir);
@@ -434,15 +437,20 @@ int main(int argc, char** argv) {
   }
   if (wanted("fp32-rows")) {
     auto model = evalrun::LlamaModel::load({dir, evalrun::DType::fp32, evalrun::Device::cpu});
-    rows_crossover(*model, "fp32", evalrun::ops::kF32RowsMax, evalrun::ops::kF32RowsDefault,
+    rows_crossover(*model, "fp32", "oneDNN matmul", evalrun::ops::kF32RowsMax, evalrun::ops::kF32RowsDefault,
                    evalrun::ops::set_f32_rows_limit, prompt, steps);
   }
   if (wanted("int8-rows")) {
     auto model = evalrun::LlamaModel::load({dir, evalrun::DType::fp32, evalrun::Device::cpu});
     quantize_int8(*model);
     model->quantize_lm_head_int8();
-    rows_crossover(*model, "int8 (INT8 lm_head)", evalrun::ops::kInt8RowsMax, evalrun::ops::kInt8RowsMax,
+    rows_crossover(*model, "int8 (INT8 lm_head)", "oneDNN matmul", evalrun::ops::kInt8RowsMax, evalrun::ops::kInt8RowsMax,
                    evalrun::ops::set_int8_rows_limit, prompt, steps);
+  }
+  if (wanted("fp8-rows")) {
+    auto model = evalrun::LlamaModel::load({fp8_dir, evalrun::DType::fp32, evalrun::Device::cpu});
+    rows_crossover(*model, "fp8", "float32 tiles + sgemm", evalrun::ops::kFp8RowsMax, evalrun::ops::kFp8RowsMax,
+                   evalrun::ops::set_fp8_rows_limit, prompt, steps);
   }
   if (wanted("families")) family_rows(family_presets(families), bw, prompt, steps);
   if (results.count("gptq") && results.count("gptq-lm_head8")) {

@@ -12,6 +12,7 @@
 
 #include "common/errors.hpp"
 #include "dist/communicator.hpp"
+#include "ops/fp8_rows.hpp"
 #include "ops/gemm.hpp"
 #include "quant/fp8_kernels.hpp"
 
@@ -216,9 +217,15 @@ class Fp8Linear final : public Linear {
         fp8_kernels::round_rows(x + m0 * ldx, m1 - m0, in, ldx, s_x, xq + m0 * in);
       });
     }
+    const bool per_channel = scale_.size() != 1;
+    if (M <= ops::fp8_rows_limit() && ops::have_fp8_rows_kernel()) {
+      // A decode step: each weight row streamed once as codes, decoded in registers.
+      ops::linear_fp8_rows(xq, M, in, w_.data(), scale_.data(), per_channel ? 1 : 0, out, in, y, ldy, alpha, beta);
+      add_bias(M, 0, out, y, ldy, alpha);
+      return;
+    }
     // Tiles of output rows decoded to float32 on the thread that multiplies them.
     const std::int64_t tiles = (out + kTileRows - 1) / kTileRows;
-    const bool per_channel = scale_.size() != 1;
     at::parallel_for(0, tiles, 1, [&](std::int64_t t0, std::int64_t t1) {
       float* tile = scratch_floats(1, static_cast<std::size_t>(kTileRows * in));
       for (std::int64_t t = t0; t < t1; ++t) {
@@ -226,12 +233,7 @@ class Fp8Linear final : public Linear {
         fp8_kernels::dequantize_rows(w_.data() + n0 * in, n, in, scale_.data() + (per_channel ? n0 : 0),
                                      per_channel ? 1 : 0, tile);
         ops::sgemm('N', 'T', M, n, in, alpha, xq, in, tile, in, beta, y + n0, ldy);
-        if (!bias_.empty()) {
-          for (std::int64_t m = 0; m < M; ++m) {
-            float* row = y + m * ldy + n0;
-            for (std::int64_t j = 0; j < n; ++j) row[j] += alpha * bias_[n0 + j];
-          }
-        }
+        add_bias(M, n0, n, y, ldy, alpha);
       }
     });
   }
@@ -265,6 +267,15 @@ class Fp8Linear final : public Linear {
   }
 
  private:
+  // y[m, n0 .. n0 + n) += alpha * bias.
+  void add_bias(std::int64_t M, std::int64_t n0, std::int64_t n, float* y, std::int64_t ldy, float alpha) const {
+    if (bias_.empty()) return;
+    for (std::int64_t m = 0; m < M; ++m) {
+      float* row = y + m * ldy + n0;
+      for (std::int64_t j = 0; j < n; ++j) row[j] += alpha * bias_[n0 + j];
+    }
+  }
+
   Fp8Settings settings_;
   std::vector<std::uint8_t> w_;
   std::vector<float> scale_;

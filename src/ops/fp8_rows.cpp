@@ -1,0 +1,112 @@
+#include "ops/fp8_rows.hpp"
+
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <stdexcept>
+
+namespace evalrun::ops {
+namespace {
+
+#define EVALRUN_FP8_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+// 32 e4m3 codes -> 32 fp16 patterns worth code / 2^8, exactly. Sign-extending each byte to 16 bits
+// and shifting left by 7 puts the code's exponent and mantissa in bits 13..7 and its sign in bits 15
+// and 14; clearing bit 14 leaves an fp16 whose exponent field is the code's (bias 15 instead of 7)
+// and whose mantissa is the code's 3 bits on top: normal codes come out 2^-8 times their value, and
+// so do subnormal ones (e = 0: m 2^-17 in fp16 subnormals against m 2^-9).
+EVALRUN_FP8_TARGET inline __m512i e4m3_as_half(__m256i codes) {
+  return _mm512_and_si512(_mm512_slli_epi16(_mm512_cvtepi8_epi16(codes), 7), _mm512_set1_epi16(static_cast<short>(0xBF80)));
+}
+
+// 64 codes (lo: the first 32, hi: the next) -> four vectors of 16 floats, each 2^-8 times its value.
+EVALRUN_FP8_TARGET inline void decode(__m256i lo, __m256i hi, __m512 (&wv)[4]) {
+  const __m512i a = e4m3_as_half(lo), b = e4m3_as_half(hi);
+  wv[0] = _mm512_cvtph_ps(_mm512_castsi512_si256(a));
+  wv[1] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(a, 1));
+  wv[2] = _mm512_cvtph_ps(_mm512_castsi512_si256(b));
+  wv[3] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(b, 1));
+}
+
+// Output columns j0 .. j1 of M rows: 64 weights per step of p in four accumulators per row (the order
+// of a row's sum is the same whatever M is); the tail with masked loads (code 0 decodes to 0).
+template <int M>
+EVALRUN_FP8_TARGET void columns(const float* x, std::int64_t ldx, const std::uint8_t* w, const float* scale,
+                                std::int64_t scale_stride, std::int64_t k, std::int64_t j0, std::int64_t j1, float* y,
+                                std::int64_t ldy, float alpha, float beta) {
+  const std::int64_t full = k / 64 * 64;
+  const std::int64_t left = k - full;
+  const std::int64_t left_lo = std::min<std::int64_t>(left, 32), left_hi = std::max<std::int64_t>(left - 32, 0);
+  const __mmask32 bytes_lo = left_lo == 32 ? ~0u : (1u << left_lo) - 1u;
+  const __mmask32 bytes_hi = (1u << left_hi) - 1u;  // left_hi < 32
+  __mmask16 tail[4];
+  for (int t = 0; t < 4; ++t) {
+    const std::int64_t n = std::clamp<std::int64_t>(left - 16 * t, 0, 16);
+    tail[t] = static_cast<__mmask16>((1u << n) - 1u);
+  }
+  for (std::int64_t j = j0; j < j1; ++j) {
+    const std::uint8_t* wr = w + j * k;
+    __m512 acc[M][4];
+    for (int r = 0; r < M; ++r) {
+      for (int t = 0; t < 4; ++t) acc[r][t] = _mm512_setzero_ps();
+    }
+    __m512 wv[4];
+    for (std::int64_t p = 0; p < full; p += 64) {
+      decode(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + p)),
+             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + p + 32)), wv);
+      for (int t = 0; t < 4; ++t) {
+        for (int r = 0; r < M; ++r) acc[r][t] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * ldx + p + 16 * t), wv[t], acc[r][t]);
+      }
+    }
+    if (left > 0) {
+      decode(_mm256_maskz_loadu_epi8(bytes_lo, wr + full), _mm256_maskz_loadu_epi8(bytes_hi, wr + full + 32), wv);
+      for (int t = 0; t < 4; ++t) {
+        for (int r = 0; r < M; ++r) {
+          acc[r][t] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail[t], x + r * ldx + full + 16 * t), wv[t], acc[r][t]);
+        }
+      }
+    }
+    const float s = alpha * scale[j * scale_stride];
+    for (int r = 0; r < M; ++r) {
+      const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]), _mm512_add_ps(acc[r][2], acc[r][3]));
+      const float v = s * (_mm512_reduce_add_ps(sum) * 256.0f);  // 256: the decode's 2^-8 taken back (exact)
+      float& out = y[r * ldy + j];
+      out = beta != 0.0f ? out + v : v;
+    }
+  }
+}
+
+using Columns = void (*)(const float*, std::int64_t, const std::uint8_t*, const float*, std::int64_t, std::int64_t,
+                         std::int64_t, std::int64_t, float*, std::int64_t, float, float);
+constexpr Columns kColumns[kFp8RowsMax] = {columns<1>, columns<2>, columns<3>, columns<4>};
+
+std::atomic<std::int64_t> g_limit{kFp8RowsMax};
+
+}  // namespace
+
+void set_fp8_rows_limit(std::int64_t rows) { g_limit = std::clamp<std::int64_t>(rows, 0, kFp8RowsMax); }
+std::int64_t fp8_rows_limit() { return g_limit.load(); }
+
+bool have_fp8_rows_kernel() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl");
+  return yes;
+}
+
+void linear_fp8_rows(const float* x, std::int64_t m, std::int64_t ldx, const std::uint8_t* w, const float* scale,
+                     std::int64_t scale_stride, std::int64_t n, std::int64_t k, float* y, std::int64_t ldy, float alpha,
+                     float beta) {
+  if (m < 1 || m > kFp8RowsMax) throw std::invalid_argument("linear_fp8_rows: 1 to 4 rows");
+  if (!have_fp8_rows_kernel()) throw std::logic_error("linear_fp8_rows: this CPU has no AVX-512 BW");
+  const Columns run = kColumns[m - 1];
+  // Blocks of 32 columns, each thread streaming its own run of them; a task is at least 64K weights
+  // (as the float32 kernel's), so a tiny model's products stay on one thread.
+  const std::int64_t grain = std::max<std::int64_t>(1, 65536 / (32 * k));
+  at::parallel_for(0, (n + 31) / 32, grain, [&](std::int64_t b0, std::int64_t b1) {
+    run(x, ldx, w, scale, scale_stride, k, b0 * 32, std::min(n, b1 * 32), y, ldy, alpha, beta);
+  });
+}
+
+}  // namespace evalrun::ops
