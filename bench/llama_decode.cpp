@@ -18,7 +18,8 @@
 // the default list): the same weights as FP8 e4m3, per-channel scales, dynamic activations (emulated:
 // activations rounded to e4m3, products in float32; decode steps on the ops/fp8_rows kernel).
 // Variant gptq-lm_head8 (not in the default list): the GPTQ weights with the lm_head quantized in
-// memory to INT8 (quantization.lm_head = "int8"), printed against gptq as a ratio. Variants int8 and
+// memory to INT8 (quantization.lm_head = "int8"), printed against gptq as a ratio; fp8-lm_head8 the
+// same for the FP8 weights. Variants int8 and
 // int8-lm_head8 (not in the default list): the fp32 checkpoint's projections quantized in memory to
 // INT8 W8A8 (per-channel weights, per-token activations: quantization.direct = true), the second with
 // the lm_head in INT8 too, printed against fp32.
@@ -325,7 +326,7 @@ int main(int argc, char** argv) {
     }
     llama2c = checkout;
   }
-  const bool llama_110m = wanted("fp32") || wanted("fp32-rows") || wanted("int8-rows") || wanted("fp8-rows") || wanted("int8") ||
+  const bool llama_110m = wanted("fp32") || wanted("fp32-rows") || wanted("int8-rows") || wanted("fp8-rows") || wanted("fp8-lm_head8") || wanted("int8") ||
                           wanted("int8-lm_head8") || wanted("bf16") || wanted("gptq") || wanted("fp8") || wanted("gptq-lm_head8") ||
                           wanted("llama2c");
   if (dir.empty() && llama_110m) {
@@ -350,7 +351,7 @@ int main(int argc, char** argv) {
     s.sym = false;
     evalrun::make_gptq_checkpoint(gptq_dir, s, 0);
   }
-  if ((wanted("fp8") || wanted("fp8-rows")) && !std::filesystem::exists(std::filesystem::path(fp8_dir) / "model.safetensors")) {
+  if ((wanted("fp8") || wanted("fp8-rows") || wanted("fp8-lm_head8")) && !std::filesystem::exists(std::filesystem::path(fp8_dir) / "model.safetensors")) {
     std::printf("writing the FP8 version to %s\n", fp8_dir.c_str());
     std::filesystem::remove_all(fp8_dir);
     std::filesystem::copy(dir, fp8_dir);
@@ -372,6 +373,7 @@ int main(int argc, char** argv) {
   for (const Variant& v : {Variant{"fp32", dir, evalrun::DType::fp32}, Variant{"bf16", dir, evalrun::DType::bf16},
                            Variant{"gptq", gptq_dir, evalrun::DType::fp32}, Variant{"fp8", fp8_dir, evalrun::DType::fp32},
                            Variant{"gptq-lm_head8", gptq_dir, evalrun::DType::fp32, true},
+                           Variant{"fp8-lm_head8", fp8_dir, evalrun::DType::fp32, true},
                            Variant{"int8", dir, evalrun::DType::fp32, false, true},
                            Variant{"int8-lm_head8", dir, evalrun::DType::fp32, true, true}}) {
     if (!wanted(v.label)) continue;
@@ -460,7 +462,7 @@ int main(int argc, char** argv) {
                 "whole model x%.3f\n",
                 h.decode_tps[0] / g.decode_tps[0], h.decode_tps[1] / g.decode_tps[1], h.model_bytes / g.model_bytes);
   }
-  for (const char* q : {"gptq", "fp8", "int8", "int8-lm_head8"}) {
+  for (const char* q : {"gptq", "gptq-lm_head8", "fp8", "fp8-lm_head8", "int8", "int8-lm_head8"}) {
     if (!results.count("fp32") || !results.count(q)) continue;
     const Result& f = results["fp32"];
     const Result& g = results[q];
