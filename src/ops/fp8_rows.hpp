@@ -9,8 +9,10 @@
 
 namespace evalrun::ops {
 
-// Rows one call takes (four accumulators per row fill the registers at 4 rows); more go to the tiles.
-constexpr std::int64_t kFp8RowsMax = 4;
+// Rows one call takes; more go to the tiles. Four accumulators per row fill the registers at 4 rows,
+// so 5-8 rows run as two groups over each block of weight rows, the second reading them from cache:
+// the weights still leave memory once (a batch-8 decode step).
+constexpr std::int64_t kFp8RowsMax = 8;
 
 // True when the CPU has AVX-512 F and BW (else callers keep the tiles).
 bool have_fp8_rows_kernel();

@@ -11,7 +11,7 @@
 //   W[o, i] = e4m3(weight[o, i]) * weight_scale[o]
 // Activations are quantized too, as an FP8 engine would, and computed in float32 (emulation): static:
 // x -> e4m3(x / input_scale) * input_scale; dynamic: the same per token with scale max|x_row| / 448.
-// e4m3 rounding is to nearest even and saturates at +-448. The products: a decode step's 1-4 rows on
+// e4m3 rounding is to nearest even and saturates at +-448. The products: a decode step's 1-8 rows on
 // ops::linear_fp8_rows (the codes streamed and decoded in registers), more rows on 64-row tiles
 // decoded to float32 and sgemm.
 #pragma once

@@ -1,7 +1,7 @@
 // The FP8 e4m3 decode-step kernel: every code decodes exactly (against the format's definition written
-// out here, not the library's decoder), and products of 1-4 rows with strides, per-channel and
-// per-tensor scales, alpha and accumulation match a double-precision product; a row's result does not
-// depend on the rows beside it.
+// out here, not the library's decoder), and products of 1-8 rows (two groups of up to 4) with strides,
+// per-channel and per-tensor scales, alpha and accumulation match a double-precision product; a row's
+// result does not depend on the rows beside it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -87,7 +87,7 @@ TEST(Fp8Rows, MatchesTheProductAndRowsAreIndependent) {
       }
     }
   }
-  EXPECT_THROW(evalrun::ops::linear_fp8_rows(nullptr, 5, 1, nullptr, nullptr, 0, 1, 1, nullptr, 1, 1.0f, 0.0f),
+  EXPECT_THROW(evalrun::ops::linear_fp8_rows(nullptr, evalrun::ops::kFp8RowsMax + 1, 1, nullptr, nullptr, 0, 1, 1, nullptr, 1, 1.0f, 0.0f),
                std::invalid_argument);
 }
 

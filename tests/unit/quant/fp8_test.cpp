@@ -254,7 +254,7 @@ void check_layer(const Case& c, std::uint64_t seed) {
 
   std::mt19937_64 rng(seed + 1);
   std::normal_distribution<float> nd(0.0f, 1.5f);
-  for (std::int64_t M : {1, 3, 64}) {
+  for (std::int64_t M : {1, 3, 6, 64}) {
     const std::int64_t ldx = c.in + 2, ldy = c.out + 3;
     std::vector<float> x(M * ldx), y(M * ldy, std::nanf(""));
     for (auto& v : x) v = nd(rng);
