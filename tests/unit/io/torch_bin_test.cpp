@@ -170,7 +170,9 @@ TEST_F(TorchBin, ReadsWhatLibtorchPickleSaveWrites) {
     EXPECT_EQ(v->shape, std::vector<std::int64_t>(want.sizes().begin(), want.sizes().end())) << key;
     ASSERT_EQ(v->nbytes, static_cast<std::size_t>(want.numel() * want.element_size())) << key;
     // (an empty tensor's data pointer may be null, which memcmp must not get even for 0 bytes)
-    if (v->nbytes > 0) EXPECT_EQ(std::memcmp(v->data, want.data_ptr(), v->nbytes), 0) << key;
+    if (v->nbytes > 0) {
+      EXPECT_EQ(std::memcmp(v->data, want.data_ptr(), v->nbytes), 0) << key;
+    }
   }
   EXPECT_EQ(f.find("half")->dtype, TensorDType::F16);
   EXPECT_EQ(f.find("bf16")->dtype, TensorDType::BF16);
