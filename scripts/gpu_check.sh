@@ -12,8 +12,9 @@
 #
 #   scripts/gpu_check.sh [--quick]      --quick: skip the full test suite and the throughput runs
 #
-# Needs the project's build dependencies (scripts/setup.sh installs them; sentencepiece in .deps/, or
-# EVALRUN_DEPS_DIR) and a libtorch built with the C++11 ABI, like Debian's libraries (PyTorch wheels
+# Needs the project's build dependencies: scripts/setup.sh installs them, or, on a machine without Debian
+# packages, the tarball of scripts/carry_deps.sh pack (.carry/, unpacked and used when h5pcc is missing);
+# sentencepiece in .deps/, or EVALRUN_DEPS_DIR and a libtorch built with the C++11 ABI, like Debian's libraries (PyTorch wheels
 # from 2.7 on are; older ones need the cxx11-abi libtorch zip). Exit 0: every check passed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -49,9 +50,19 @@ gpus=$(nvidia-smi -L | wc -l)
 ranks=$(( gpus >= 2 ? 2 : 1 ))
 
 # --- 2. build -------------------------------------------------------------------------------------
+# A machine without the Debian packages (the lent GPU machine): the carried ones (scripts/carry_deps.sh
+# pack, here; carry .carry and .deps), unpacked outside the tree.
+carry=${EVALRUN_CARRY_TARBALL:-$root/.carry/evalrun-deps.tar.xz}
+if ! command -v h5pcc >/dev/null && [ -f "$carry" ]; then
+  scripts/carry_deps.sh unpack "$carry" "${TMPDIR:-/tmp}/evalrun-deps" || exit 2
+  # shellcheck disable=SC1091
+  source "${TMPDIR:-/tmp}/evalrun-deps/env.sh"
+  echo "- build dependencies: carried ($carry)" >> "$summary"
+fi
 deps=${EVALRUN_DEPS_DIR:-$root/.deps}
+# shellcheck disable=SC2086
 cmake -S . -B build-cuda -DEVALRUN_WERROR=ON -DEVALRUN_CUDA=ON -DCMAKE_PREFIX_PATH="$prefix" \
-  -DEVALRUN_DEPS_DIR="$deps" || { echo "configure failed"; exit 2; }
+  -DEVALRUN_DEPS_DIR="$deps" ${EVALRUN_CARRY_CMAKE_ARGS:-} || { echo "configure failed"; exit 2; }
 cmake --build build-cuda -j"$(nproc)" || { echo "build failed"; exit 2; }
 bin=build-cuda/src/app/evalrun
 
