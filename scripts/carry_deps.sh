@@ -47,7 +47,7 @@ lib_packages=(
   libp11-kit0 libtasn1-6 libffi8 libzstd1
   libspdlog1.10 libfmt9 libicu72 libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libdnnl2
   zlib1g zlib1g-dev  # h5pcc links -lz; the target may lack the development link
-  libprotobuf32  # sentencepiece (.deps/, carried beside)
+  libprotobuf32 libprotobuf-lite32  # sentencepiece (.deps/, carried beside) needs protobuf-lite
   libarchive13 libacl1 libbz2-1.0 liblz4-1 liblzma5 libxml2 libjsoncpp25 librhash0 libuv1 libuuid1
   libpkgconf3
 )
@@ -56,12 +56,12 @@ arch_lib=usr/lib/x86_64-linux-gnu
 
 die() { echo "carry_deps: $*" >&2; exit 2; }
 
-pack() {
+pack() (  # a subshell: its EXIT trap removes the work folder
   local tarball=${1:-$root/.carry/evalrun-deps.tar.xz}
   command -v apt-get >/dev/null || die "pack needs apt-get (Debian 12)"
   local work
   work=$(mktemp -d)
-  trap 'rm -rf "$work"' RETURN
+  trap 'rm -rf "$work"' EXIT
   mkdir -p "$work/debs" "$work/tree" "$(dirname "$tarball")"
   (cd "$work/debs" && apt-get download -q "${packages[@]}" >/dev/null 2>"$work/apt.log") ||
     { cat "$work/apt.log" >&2; die "apt-get download failed"; }
@@ -75,7 +75,7 @@ pack() {
   printf '%s\n' "${packages[@]}" > "$work/tree/carried-packages.txt"
   tar -C "$work/tree" -cJf "$tarball" .
   echo "carry_deps: $tarball ($(du -h "$tarball" | cut -f1), ${#packages[@]} packages)"
-}
+)
 
 unpack() {
   local tarball=$1 prefix=$2
@@ -111,10 +111,11 @@ prove() {
   [ "$(id -u)" -eq 0 ] || die "prove needs root (a private mount namespace hides the system packages)"
   local targets=("$@")
   [ ${#targets[@]} -gt 0 ] || targets=("${prove_targets[@]}")
-  local work tarball
-  work=$(mktemp -d /tmp/evalrun-carry.XXXXXX)
-  tarball="$root/.carry/evalrun-deps.tar.xz"
+  # The prefix is unpacked afresh each time, at the same place (build-carry/'s cache names its paths).
+  local work=$root/build-carry tarball=$root/.carry/evalrun-deps.tar.xz
   [ -f "$tarball" ] || pack "$tarball"
+  rm -rf "$work/prefix"
+  mkdir -p "$work"
   unpack "$tarball" "$work/prefix" >/dev/null
   # Hidden: every carried package but those Debian's libtorch (standing in for the target's) loads
   # itself; those libraries are checked below to come from the prefix instead.
@@ -137,7 +138,7 @@ for p in $(cat "$hidden"); do
 done
 source "$prefix/env.sh"
 [ ! -s /usr/include/hdf5/openmpi/hdf5.h ] || { echo "carry_deps: the system HDF5 is still visible" >&2; exit 1; }
-build=$root/build-carry
+build=$(dirname "$prefix")
 # shellcheck disable=SC2086
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DEVALRUN_WERROR=ON $EVALRUN_CARRY_CMAKE_ARGS
 grep -E '^(MPI_C_HEADER_DIR|HDF5_C_LIBRARY_hdf5|spdlog_DIR|toml11_DIR|EVALRUN_DNNL_LIBRARY):' "$build/CMakeCache.txt"
@@ -145,15 +146,30 @@ grep -E '^(MPI_C_HEADER_DIR|HDF5_C_LIBRARY_hdf5|spdlog_DIR|toml11_DIR|EVALRUN_DN
 cmake --build "$build" -j"$(nproc)" --target $targets
 cd "$build"
 ctest -R "$tests" --output-on-failure -j"$(nproc)"
-# Every library evalrun loads that a carried package holds comes from the prefix (the rest: the C/C++
-# runtime and libtorch's own set).
-bad=$(ldd "$build/src/app/evalrun" | awk '/=>/ {print $3}' | while read -r lib; do
-  case $lib in "$prefix"/*|"$root"/.deps/*) continue ;; esac
-  real=$(readlink -f "$lib")
-  pkg=$( (dpkg -S "$real" || dpkg -S "${real#/usr}") 2>/dev/null | cut -d: -f1 | head -n1)
-  if grep -qx "$pkg" "$prefix/carried-packages.txt"; then echo "$lib ($pkg)"; fi
-done)
-[ -z "$bad" ] || { echo "carry_deps: carried libraries loaded from the system: $bad" >&2; exit 1; }
+# Every library evalrun needs, and what those need in turn, comes from the prefix (or .deps/), but for
+# the C and C++ runtime and libtorch with what it loads itself (standing in for the target's).
+needed() { readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; }
+declare -A where seen
+while read -r so path; do where[$so]=$path; done < <(ldd "$build/src/app/evalrun" | awk '/=>/ {print $1, $3}')
+mapfile -t queue < <(needed "$build/src/app/evalrun")
+bad="" checked=0
+while [ ${#queue[@]} -gt 0 ]; do
+  so=${queue[0]}
+  queue=("${queue[@]:1}")
+  [ -z "${seen[$so]:-}" ] || continue
+  seen[$so]=1
+  case $so in
+    libtorch*|libc10*|libc.so*|libm.so*|libstdc++*|libgcc_s*|libgomp*|ld-linux*|libpthread*|libdl.so*|librt.so*|libresolv*|libutil*) continue ;;
+  esac
+  path=${where[$so]:-}
+  case $path in
+    "$prefix"/*|"$root"/.deps/*) checked=$((checked + 1)) ;;
+    *) bad+=" $so (${path:-not found})" ;;
+  esac
+  if [ -n "$path" ]; then mapfile -t -O "${#queue[@]}" queue < <(needed "$path"); fi
+done
+[ -z "$bad" ] || { echo "carry_deps: libraries evalrun needs that the prefix does not hold:$bad" >&2; exit 1; }
+echo "carry_deps: the $checked libraries evalrun needs (libtorch's own aside) all come from the prefix or .deps/"
 echo "carry_deps: proved: built and tested against $prefix"
 INNER
 }
