@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
 # evalrun's build and run-time dependencies, carried to a machine that has a compiler and a libtorch but
 # no Debian packages and no package access (the GPU machine: CUDA, nvcc and a PyTorch that holds a
-# libtorch, nothing else; docs/devices.md, "The GPU check").
+# libtorch, nothing else; docs/devices.md, "Building where there are no Debian packages").
 #
 #   scripts/carry_deps.sh pack [TARBALL]        here (apt): download the Debian packages below, unpack them,
 #                                                drop what a build never reads (docs, man pages, static
 #                                                libraries other than GoogleTest's), write TARBALL (default
 #                                                .carry/evalrun-deps.tar.xz, an ignored path: carry .carry)
 #   scripts/carry_deps.sh unpack TARBALL PREFIX  anywhere: extract into PREFIX (never over /), point the
-#                                                absolute paths of pkg-config files, h5pcc and the MPI / HDF5
-#                                                compiler links at PREFIX, write PREFIX/env.sh
-#   scripts/carry_deps.sh prove [TARGET...]     here: pack, unpack into a fresh prefix, then in a private
-#                                                mount namespace hide the system's copy of every carried
-#                                                package, configure build-carry/ against the prefix, build
-#                                                the targets (default below) and run their tests, and check
-#                                                that every library the binary loads comes from the prefix,
-#                                                the C/C++ runtime or libtorch
+#                                                absolute paths of pkg-config files and h5pcc at PREFIX,
+#                                                write PREFIX/env.sh
+#   scripts/carry_deps.sh prove [TARGET...]     here: pack if needed, unpack afresh into build-carry/prefix,
+#                                                then in a private mount namespace hide the system's copy of
+#                                                every carried package, configure build-carry/ against the
+#                                                prefix, build the targets (default below), run their tests,
+#                                                and check that every library evalrun needs (libtorch's own
+#                                                and the C/C++ runtime aside) comes from the prefix or .deps/
 #
 # `source PREFIX/env.sh` sets PATH, LD_LIBRARY_PATH, PKG_CONFIG_PATH, CMAKE_PREFIX_PATH, Open MPI's
 # OPAL_PREFIX / OPAL_SYSCONFDIR (Open MPI relocates to the prefix with them) and EVALRUN_CARRY_CMAKE_ARGS
@@ -25,7 +25,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 # What evalrun links or runs, as Debian 12 packages. Not carried: the C library, the C++ runtime
 # (libstdc++, libgcc, libgomp: the target's compiler brings newer ones, and an older copy ahead of them
-# on LD_LIBRARY_PATH would break code it compiles), zlib, and libtorch with its own libraries.
+# on LD_LIBRARY_PATH would break code it compiles), and libtorch with its own libraries.
 dev_packages=(
   libopenmpi-dev libhdf5-openmpi-dev libtoml11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
   libgtest-dev googletest libicu-dev libpcre2-dev libdnnl-dev
@@ -72,7 +72,6 @@ pack() (  # a subshell: its EXIT trap removes the work folder
   # The names Debian's alternatives give (dpkg -x runs no maintainer scripts): the MPI and HDF5 wrappers.
   for w in mpicc mpicxx mpic++ mpirun mpiexec; do ln -sf "$w.openmpi" "$work/tree/usr/bin/$w"; done
   ln -sf h5pcc.openmpi "$work/tree/usr/bin/h5pcc"
-  printf '%s\n' "${packages[@]}" > "$work/tree/carried-packages.txt"
   tar -C "$work/tree" -cJf "$tarball" .
   echo "carry_deps: $tarball ($(du -h "$tarball" | cut -f1), ${#packages[@]} packages)"
 )
@@ -80,7 +79,7 @@ pack() (  # a subshell: its EXIT trap removes the work folder
 unpack() {
   local tarball=$1 prefix=$2
   [ -f "$tarball" ] || die "no file $tarball"
-  [ -n "$prefix" ] && [ "$prefix" != "/" ] || die "unpack needs a prefix other than /"
+  if [ -z "$prefix" ] || [ "$prefix" = "/" ]; then die "unpack needs a prefix other than /"; fi
   mkdir -p "$prefix"
   prefix=$(cd "$prefix" && pwd)
   tar -C "$prefix" -xJf "$tarball"

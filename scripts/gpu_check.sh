@@ -12,10 +12,11 @@
 #
 #   scripts/gpu_check.sh [--quick]      --quick: skip the full test suite and the throughput runs
 #
-# Needs the project's build dependencies: scripts/setup.sh installs them, or, on a machine without Debian
-# packages, the tarball of scripts/carry_deps.sh pack (.carry/, unpacked and used when h5pcc is missing);
-# sentencepiece in .deps/, or EVALRUN_DEPS_DIR and a libtorch built with the C++11 ABI, like Debian's libraries (PyTorch wheels
-# from 2.7 on are; older ones need the cxx11-abi libtorch zip). Exit 0: every check passed.
+# Needs the project's build dependencies (scripts/setup.sh installs them; on a machine without Debian
+# packages, the tarball of scripts/carry_deps.sh pack in .carry/, unpacked and used when h5pcc is
+# missing), sentencepiece in .deps/ (or EVALRUN_DEPS_DIR), and a libtorch built with the C++11 ABI, like
+# Debian's libraries (PyTorch wheels from 2.7 on are; older ones need the cxx11-abi libtorch zip).
+# Exit 0: every check passed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
