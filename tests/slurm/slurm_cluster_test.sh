@@ -120,11 +120,13 @@ compare_pass=$(sed -n 's/.*compare job \([0-9]*\).*/\1/p' "$tmp/submit-pass.txt"
 compare_fail=$(sed -n 's/.*compare job \([0-9]*\).*/\1/p' "$tmp/submit-fail.txt")
 [ -n "$compare_pass" ] && [ -n "$compare_fail" ] || fail "evalrun submit printed no job ids"
 
-for i in $(seq 1 150); do  # bounded: 5 minutes
+# Bounded: 5 minutes, times the factor a sanitizer build sets (tests/CMakeLists.txt).
+minutes=$((5 * ${EVALRUN_TEST_TIMEOUT_FACTOR:-1}))
+for i in $(seq 1 $((minutes * 30))); do
   [ -z "$(squeue -h 2>/dev/null)" ] && break
   sleep 2
 done
-[ -z "$(squeue -h)" ] || fail "jobs still queued after 5 minutes: $(squeue)"
+[ -z "$(squeue -h)" ] || fail "jobs still queued after $minutes minutes: $(squeue)"
 
 exit_code() { scontrol show job "$1" | sed -n 's/.* ExitCode=\([0-9]*\):.*/\1/p'; }
 # 1: the 2-task run wrote its file under the job id, from 2 ranks
