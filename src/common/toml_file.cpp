@@ -1,6 +1,7 @@
 #include "common/toml_file.hpp"
 
 #include <filesystem>
+#include <sstream>
 
 #include "common/errors.hpp"
 #include "common/parse_limits.hpp"
@@ -11,9 +12,13 @@ namespace evalrun {
 toml::value read_toml_file(const std::string& path, const char* what) {
   refuse_directory(path);
   if (!std::filesystem::is_regular_file(path)) throw InputError(path, std::string(what) + " not found");
-  check_toml_limits(read_file(path), path);  // before toml11 sees it: UTF-8, size, nesting
+  const std::string text = read_file(path);
+  check_toml_limits(text, path);  // before toml11 sees it: UTF-8, size, nesting
+  std::istringstream in(text);
   try {
-    return toml::parse(path);
+    // A short source name: toml11 copies it for every character it scans (see config.cpp's
+    // kFileSource); messages name `path` themselves.
+    return toml::parse(in, "toml");
   } catch (const toml::syntax_error& e) {
     const std::string first = e.what();
     throw InputError(path + ":" + std::to_string(e.location().line()),
