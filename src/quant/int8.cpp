@@ -324,8 +324,9 @@ std::vector<float> Int8Linear::weight_f32() const {
 std::size_t Int8Linear::resident_bytes() const {
   // What the layer holds once it has run: the packed copy and the row sums are made at the first
   // forward, and a result file's weight_bytes_per_rank is taken before it. Until then the copy counts
-  // at the weights' own size (oneDNN's blocking pads it by a little).
-  const std::size_t packed = packed_ ? packed_->bytes() : weight_.size();
+  // at the weights' own size (oneDNN's blocking pads it by a little) where one will be made: only for
+  // oneDNN's integer kernels, which are exact with VNNI alone (on an AVX2 CPU there is no copy).
+  const std::size_t packed = packed_ ? packed_->bytes() : ops::have_onednn_igemm() ? weight_.size() : 0;
   const std::size_t sums = static_cast<std::size_t>(out_features()) * sizeof(std::int32_t);
   return weight_.size() + packed + sums +
          (weight_scale_.size() + row_scale_.size() + inv_smooth_.size() + act_.smooth_scale.size() + bias_.size()) *

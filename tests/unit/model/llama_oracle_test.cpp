@@ -137,8 +137,10 @@ TEST(LlamaOracle, DequantizedGptqModelMatchesHuggingFace) {
               worst_prompt, worst_hidden, worst_step);
 }
 
-// All six prompts as one left-padded batch: the same tokens, and logits within 1e-5 of the
-// one-prompt runs (and within 1e-4 of the reference).
+// All six prompts as one left-padded batch: the same tokens, and logits within 5e-5 of the
+// one-prompt runs (and within 1e-4 of the reference). One row and six rows take different product
+// kernels (the AVX-512 row kernel or oneDNN's, whose blocking depends on the row count), which round
+// differently (1.3e-5 on an AVX2-only CPU, Zen 3, past the 1e-5 this test first allowed).
 TEST(LlamaOracle, LeftPaddedBatchMatchesSinglePrompts) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const std::string oracle = data + "/oracle/llama-gptq";
@@ -154,7 +156,7 @@ TEST(LlamaOracle, LeftPaddedBatchMatchesSinglePrompts) {
     for (int step = 0; step < 24; ++step) {
       const float d1 = max_abs_diff(batched.step_logits[b][step], single.step_logits[0][step]);
       const float d2 = max_abs_diff(batched.step_logits[b][step].data(), samples[b].step_logits.data() + step * 512, 512);
-      EXPECT_LT(d1, 1e-5f) << samples[b].id << " step " << step;
+      EXPECT_LT(d1, 5e-5f) << samples[b].id << " step " << step;
       EXPECT_LT(d2, 1e-4f) << samples[b].id << " step " << step;
       worst_vs_single = std::max(worst_vs_single, d1);
       worst_vs_ref = std::max(worst_vs_ref, d2);
