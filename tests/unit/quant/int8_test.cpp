@@ -468,11 +468,12 @@ class Int8Checkpoint : public ::testing::Test {
 
 // resident_bytes counts the packed copy and the row sums that the first forward makes, so the bytes a
 // result file reports before a run do not change with it (a real layer's shape: oneDNN pads little).
+// The copy exists only for oneDNN's integer kernels (VNNI); on an AVX2-only CPU there is none.
 TEST(Int8Linear, ResidentBytesCountThePackedCopyBeforeTheFirstForward) {
   const Data d = make_data(2, 768, 1024, 12);
   auto layer = std::move(quantize(d, settings_for(Int8Weights::per_channel, Int8Activations::per_token, false), {1024})[0]);
   const double before = static_cast<double>(layer->resident_bytes());
-  EXPECT_GT(before, 2.0 * 768 * 1024);
+  EXPECT_GT(before, (ops::have_onednn_igemm() ? 2.0 : 1.0) * 768 * 1024);
   std::vector<float> y(static_cast<std::size_t>(d.M * d.N));
   layer->forward(d.x.data(), d.M, d.K, y.data(), d.N, 1.0f, 0.0f);
   const double after = static_cast<double>(layer->resident_bytes());
