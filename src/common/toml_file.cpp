@@ -16,9 +16,7 @@ toml::value read_toml_file(const std::string& path, const char* what) {
   check_toml_limits(text, path);  // before toml11 sees it: UTF-8, size, nesting
   std::istringstream in(text);
   try {
-    // A short source name: toml11 copies it for every character it scans (see config.cpp's
-    // kFileSource); messages name `path` themselves.
-    return toml::parse(in, "toml");
+    return toml::parse(in, kTomlFileSource);
   } catch (const toml::syntax_error& e) {
     const std::string first = e.what();
     throw InputError(path + ":" + std::to_string(e.location().line()),

@@ -21,6 +21,7 @@
 #include "common/errors.hpp"
 #include "common/parse_limits.hpp"
 #include "common/text.hpp"
+#include "common/toml_file.hpp"
 #include "common/utf8.hpp"
 #include "task/registry.hpp"
 
@@ -501,12 +502,6 @@ struct Override {
   toml::value value;
 };
 
-// The source name toml11 gives the values it parses from the config file (those from --set get "--set"):
-// a short one, because toml11 3.7 copies the name into the region of every character it scans, which
-// for a long path is an allocation per character (minutes on a 10 MB line in a sanitizer build).
-// origin_, the real path, is what messages name.
-constexpr const char* kFileSource = "config";
-
 class Loader {
  public:
   explicit Loader(std::string origin) : origin_(std::move(origin)) {}
@@ -544,7 +539,7 @@ class Loader {
     check_toml_limits(text, origin_);
     std::istringstream in(text);
     try {
-      return toml::parse(in, kFileSource);
+      return toml::parse(in, kTomlFileSource);
     } catch (const toml::syntax_error& e) {
       std::uint32_t line = e.location().line();
       std::string msg = condense_syntax_error(e.what(), line);
@@ -605,7 +600,7 @@ class Loader {
     if (auto it = overridden_.find(full_key); it != overridden_.end()) return origin_ + ": --set " + shown(full_key);
     if (v != nullptr) {
       const auto loc = v->location();
-      if (loc.file_name() == kFileSource && loc.line() > 0) return origin_ + ":" + std::to_string(loc.line());
+      if (loc.file_name() == kTomlFileSource && loc.line() > 0) return origin_ + ":" + std::to_string(loc.line());
     }
     return origin_;
   }
@@ -615,7 +610,7 @@ class Loader {
     if (overridden_.count(full_key)) return {std::numeric_limits<std::uint64_t>::max(), full_key};
     const auto loc = v.location();
     // Sections a --set created have no place in the file: they come after it too.
-    return {loc.file_name() == kFileSource ? loc.line() : std::numeric_limits<std::uint64_t>::max(), full_key};
+    return {loc.file_name() == kTomlFileSource ? loc.line() : std::numeric_limits<std::uint64_t>::max(), full_key};
   }
 
   template <typename Table>
@@ -636,7 +631,7 @@ class Loader {
       if (!known) {
         // A section not in the file was created by a --set: name that override.
         std::string w = where(section, table);
-        if (table->location().file_name() != kFileSource)
+        if (table->location().file_name() != kTomlFileSource)
           for (const auto& [k, text] : overridden_)
             if (k.rfind(section + ".", 0) == 0) w = where(k, nullptr);
         std::string msg;

@@ -777,8 +777,8 @@ TEST_P(BadInputTable, EveryMalformedInputIsOneClearErrorWithExitTwo) {
     for (const char* m : {"qa", "mlm", "llama"}) fs::copy(base_ / m, dir / m, fs::copy_options::recursive);
     const std::string args = c.setup(dir);
     const auto before = snapshot(dir);  // every earlier file of the case: data sets, references, reports
-    // 120 s, times the sanitizer build's factor: there toml11 spends minutes on a 10 MB line (an
-    // allocation per character, each with a full stack recorded).
+    // 120 s, times the sanitizer build's factor: there every allocation records a full stack, and a
+    // case with a 10 MB value takes about half a minute.
     const auto r = run_process("timeout " + std::to_string(120 * EVALRUN_TEST_TIMEOUT_FACTOR) + " " + kBin + " " + args);
     EXPECT_EQ(r.exit_code, 2) << r.output;  // run_process reports a signal as -1
     std::size_t error_lines = 0;
