@@ -1,5 +1,6 @@
 // Decode-step products of float32 models: a few rows times a weight matrix stored [out, in] (the
-// checkpoint's layout), each weight row streamed once with AVX-512 dot products. Measured on an AMD
+// checkpoint's layout), each weight row streamed once with AVX-512 dot products, or AVX2 + FMA ones on
+// CPUs without AVX-512 (ops/isa.hpp picks; tests cap it to run both). Measured on an AMD
 // EPYC (2 threads, the llama-110m projections): this reads the weights at 50-60 GB/s where oneDNN's
 // sgemm on a batch-1 row reads the pre-transposed [in, out] copy at 21-28 GB/s, and a kernel summing
 // x[p] * W^T[p, :] over the [in, out] rows at most 39 (bench notes in docs/building-and-testing.md).
@@ -20,7 +21,7 @@ constexpr std::int64_t kF32RowsDefault = 4;
 void set_f32_rows_limit(std::int64_t rows);
 std::int64_t f32_rows_limit();
 
-// True when the CPU has AVX-512 F (else callers use a GEMM).
+// True when the CPU has AVX-512 or AVX2 + FMA (ops::kernel_isa(); else callers use a GEMM).
 bool have_f32_rows_kernel();
 
 // y[r, j] = beta * y[r, j] + alpha * sum_p x[r, p] w[j, p] for r < m <= kF32RowsMax; x rows of k

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "quant/isa.hpp"
+#include "ops/isa.hpp"
 
 #define EVALRUN_INLINE inline __attribute__((always_inline))
 
@@ -87,18 +87,18 @@ void round_base(EVALRUN_ROUND_ARGS) { round_body(x, rows, in, ldx, scale, dst); 
 
 void dequantize_rows(const std::uint8_t* w, std::int64_t rows, std::int64_t in, const float* scale,
                      std::int64_t scale_stride, float* dst) {
-  switch (kernel_isa()) {
-    case Isa::avx512: return dequantize_v4(w, rows, in, scale, scale_stride, dst);
-    case Isa::avx2: return dequantize_v3(w, rows, in, scale, scale_stride, dst);
-    case Isa::baseline: return dequantize_base(w, rows, in, scale, scale_stride, dst);
+  switch (ops::kernel_isa()) {
+    case ops::Isa::avx512: return dequantize_v4(w, rows, in, scale, scale_stride, dst);
+    case ops::Isa::avx2: return dequantize_v3(w, rows, in, scale, scale_stride, dst);
+    case ops::Isa::baseline: return dequantize_base(w, rows, in, scale, scale_stride, dst);
   }
 }
 
 void round_rows(const float* x, std::int64_t rows, std::int64_t in, std::int64_t ldx, float scale, float* dst) {
-  switch (kernel_isa()) {
-    case Isa::avx512: return round_v4(x, rows, in, ldx, scale, dst);
-    case Isa::avx2: return round_v3(x, rows, in, ldx, scale, dst);
-    case Isa::baseline: return round_base(x, rows, in, ldx, scale, dst);
+  switch (ops::kernel_isa()) {
+    case ops::Isa::avx512: return round_v4(x, rows, in, ldx, scale, dst);
+    case ops::Isa::avx2: return round_v3(x, rows, in, ldx, scale, dst);
+    case ops::Isa::baseline: return round_base(x, rows, in, ldx, scale, dst);
   }
 }
 

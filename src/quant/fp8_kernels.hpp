@@ -1,5 +1,5 @@
 // The FP8 e4m3 kernels (internal to src/quant): weight rows decoded to float32 and activations rounded
-// to e4m3, vectorized by the compiler for AVX-512, AVX2 or the x86-64 baseline (see quant/isa.hpp). Both give
+// to e4m3, vectorized by the compiler for AVX-512, AVX2 or the x86-64 baseline (see ops/isa.hpp). Both give
 // exactly the values of the scalar definitions in fp8.cpp (e4m3_to_float, round_to_e4m3).
 #pragma once
 

@@ -2,11 +2,11 @@
 
 #include <cstring>
 
-#include "quant/isa.hpp"
+#include "ops/isa.hpp"
 
 // The kernels are written with GCC vector extensions over 16 lanes (one output block) and compiled
 // for AVX-512 (one zmm per block), AVX2+FMA (two ymm) and the x86-64 baseline (four xmm), picked per
-// call (quant/isa.hpp), so the binary needs no -march flag.
+// call (ops/isa.hpp), so the binary needs no -march flag.
 
 namespace evalrun::quant::gptq_kernels {
 namespace {
@@ -202,19 +202,19 @@ void dequantize_base(EVALRUN_DEQ_ARGS) { dequantize_body(p, k0, k1, b0, b1, dst,
 
 void gemv_blocks(const Packed& p, const float* x, std::int64_t M, std::int64_t ldx, const float* xsum, std::int64_t b0,
                  std::int64_t b1, float* y, std::int64_t ldy, float alpha, float beta, const float* bias) {
-  switch (kernel_isa()) {
-    case Isa::avx512: return gemv_v4(p, x, M, ldx, xsum, b0, b1, y, ldy, alpha, beta, bias);
-    case Isa::avx2: return gemv_v3(p, x, M, ldx, xsum, b0, b1, y, ldy, alpha, beta, bias);
-    case Isa::baseline: return gemv_base(p, x, M, ldx, xsum, b0, b1, y, ldy, alpha, beta, bias);
+  switch (ops::kernel_isa()) {
+    case ops::Isa::avx512: return gemv_v4(p, x, M, ldx, xsum, b0, b1, y, ldy, alpha, beta, bias);
+    case ops::Isa::avx2: return gemv_v3(p, x, M, ldx, xsum, b0, b1, y, ldy, alpha, beta, bias);
+    case ops::Isa::baseline: return gemv_base(p, x, M, ldx, xsum, b0, b1, y, ldy, alpha, beta, bias);
   }
 }
 
 void dequantize_blocks(const Packed& p, std::int64_t k0, std::int64_t k1, std::int64_t b0, std::int64_t b1, float* dst,
                        std::int64_t ldd) {
-  switch (kernel_isa()) {
-    case Isa::avx512: return dequantize_v4(p, k0, k1, b0, b1, dst, ldd);
-    case Isa::avx2: return dequantize_v3(p, k0, k1, b0, b1, dst, ldd);
-    case Isa::baseline: return dequantize_base(p, k0, k1, b0, b1, dst, ldd);
+  switch (ops::kernel_isa()) {
+    case ops::Isa::avx512: return dequantize_v4(p, k0, k1, b0, b1, dst, ldd);
+    case ops::Isa::avx2: return dequantize_v3(p, k0, k1, b0, b1, dst, ldd);
+    case ops::Isa::baseline: return dequantize_base(p, k0, k1, b0, b1, dst, ldd);
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include "ops/f32_rows.hpp"
 #include "ops/gemm.hpp"
+#include "ops/isa.hpp"
 
 namespace {
 
@@ -50,21 +51,35 @@ void expect_product(const Problem& p, const std::vector<float>& y, float alpha, 
 }
 
 TEST(F32Rows, MatchesTheProductAndRowsAreIndependent) {
-  if (!evalrun::ops::have_f32_rows_kernel()) GTEST_SKIP() << "this CPU has no AVX-512";
-  for (const std::int64_t k : {1, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 100, 768, 770}) {
-    const std::int64_t n = 131, m = evalrun::ops::kF32RowsMax;
-    const Problem p = random_problem(m, n, k, static_cast<std::uint32_t>(k));
-    for (const float beta : {0.0f, 1.0f}) {
-      std::vector<float> y = p.y0;
-      evalrun::ops::linear_f32_rows(p.x.data(), m, p.ldx, p.w.data(), n, k, y.data(), p.ldy, 0.75f, beta);
-      expect_product(p, y, 0.75f, beta, "kernel");
-      // Each row alone gives exactly the bits it gave among kF32RowsMax rows (decode results must not
-      // depend on the batch).
-      for (std::int64_t r = 0; r < m; ++r) {
-        std::vector<float> one(p.y0.begin() + r * p.ldy, p.y0.begin() + (r + 1) * p.ldy);
-        evalrun::ops::linear_f32_rows(p.x.data() + r * p.ldx, 1, p.ldx, p.w.data(), n, k, one.data(), p.ldy, 0.75f,
-                                      beta);
-        for (std::int64_t j = 0; j < n; ++j) ASSERT_EQ(one[j], y[r * p.ldy + j]) << "k " << k << " row " << r << " col " << j;
+  if (!evalrun::ops::have_f32_rows_kernel()) GTEST_SKIP() << "this CPU has neither AVX-512 nor AVX2";
+  for (const evalrun::ops::Isa isa : evalrun::ops::isas_of_this_cpu()) {
+    if (isa == evalrun::ops::Isa::baseline) continue;  // no kernel: linear_f32 takes a GEMM
+    const evalrun::ops::ScopedIsaCap cap(isa);
+    SCOPED_TRACE(evalrun::ops::to_string(isa));
+    // k covers both kernels' tails (steps of 64 and 32 floats) and one, two and three partial vectors.
+    for (const std::int64_t k : {1, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 47, 63, 64, 65, 100, 768, 770}) {
+      const std::int64_t n = 131, m = evalrun::ops::kF32RowsMax;
+      const Problem p = random_problem(m, n, k, static_cast<std::uint32_t>(k));
+      for (const float beta : {0.0f, 1.0f}) {
+        std::vector<float> y = p.y0;
+        evalrun::ops::linear_f32_rows(p.x.data(), m, p.ldx, p.w.data(), n, k, y.data(), p.ldy, 0.75f, beta);
+        expect_product(p, y, 0.75f, beta, "kernel");
+        // Each row alone gives exactly the bits it gave among kF32RowsMax rows (decode results must not
+        // depend on the batch).
+        for (std::int64_t r = 0; r < m; ++r) {
+          std::vector<float> one(p.y0.begin() + r * p.ldy, p.y0.begin() + (r + 1) * p.ldy);
+          evalrun::ops::linear_f32_rows(p.x.data() + r * p.ldx, 1, p.ldx, p.w.data(), n, k, one.data(), p.ldy, 0.75f,
+                                        beta);
+          for (std::int64_t j = 0; j < n; ++j) ASSERT_EQ(one[j], y[r * p.ldy + j]) << "k " << k << " row " << r << " col " << j;
+        }
+        // So do the first two and the first three rows (on AVX2 four rows take two passes, three one).
+        for (const std::int64_t rows : {std::int64_t{2}, std::int64_t{3}}) {
+          std::vector<float> some(p.y0.begin(), p.y0.begin() + rows * p.ldy);
+          evalrun::ops::linear_f32_rows(p.x.data(), rows, p.ldx, p.w.data(), n, k, some.data(), p.ldy, 0.75f, beta);
+          for (std::int64_t r = 0; r < rows; ++r) {
+            for (std::int64_t j = 0; j < n; ++j) ASSERT_EQ(some[r * p.ldy + j], y[r * p.ldy + j]) << "k " << k << " rows " << rows;
+          }
+        }
       }
     }
   }

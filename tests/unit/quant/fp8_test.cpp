@@ -17,7 +17,7 @@
 #include "io/safetensors.hpp"
 #include "quant/fp8.hpp"
 #include "quant/fp8_kernels.hpp"
-#include "quant/isa.hpp"
+#include "ops/isa.hpp"
 #include "quant/quant_config.hpp"
 #include "test_util.hpp"
 
@@ -122,20 +122,12 @@ TEST(E4m3, RoundingAgreesWithNearestValueSearch) {
 // all magnitudes, rows of odd lengths so that the scalar tails run too).
 void kernels_equal_scalar_definitions();
 
-std::vector<quant::Isa> kernel_levels() {
-  std::vector<quant::Isa> out;
-  quant::set_kernel_isa_cap(quant::Isa::avx512);
-  for (int level = static_cast<int>(quant::kernel_isa()); level >= 0; --level) out.push_back(static_cast<quant::Isa>(level));
-  return out;
-}
-
 TEST(E4m3, VectorKernelsEqualScalarDefinitions) {
-  for (quant::Isa isa : kernel_levels()) {
-    SCOPED_TRACE(quant::to_string(isa));
-    quant::set_kernel_isa_cap(isa);
+  for (ops::Isa isa : ops::isas_of_this_cpu()) {
+    SCOPED_TRACE(ops::to_string(isa));
+    const ops::ScopedIsaCap cap(isa);
     kernels_equal_scalar_definitions();
   }
-  quant::set_kernel_isa_cap(quant::Isa::avx512);
 }
 
 void kernels_equal_scalar_definitions() {
@@ -281,9 +273,9 @@ void check_layer(const Case& c, std::uint64_t seed) {
 }
 
 TEST(Fp8Linear, MatchesDequantizedProductWithRoundedActivations) {
-  for (quant::Isa isa : kernel_levels()) {
-    SCOPED_TRACE(quant::to_string(isa));
-    quant::set_kernel_isa_cap(isa);
+  for (ops::Isa isa : ops::isas_of_this_cpu()) {
+    SCOPED_TRACE(ops::to_string(isa));
+    const ops::ScopedIsaCap cap(isa);
     std::uint64_t seed = 1;
     for (bool per_channel : {false, true}) {
       for (bool static_act : {false, true}) {
@@ -292,7 +284,6 @@ TEST(Fp8Linear, MatchesDequantizedProductWithRoundedActivations) {
     }
     check_layer({768, 130, true, false, true}, seed++);  // several output tiles, the last one partial
   }
-  quant::set_kernel_isa_cap(quant::Isa::avx512);
 }
 
 TEST(Fp8Linear, ResidentBytesAreAboutOneBytePerWeight) {

@@ -15,7 +15,7 @@
 #include "common/errors.hpp"
 #include "io/safetensors.hpp"
 #include "quant/gptq.hpp"
-#include "quant/isa.hpp"
+#include "ops/isa.hpp"
 #include "quant/quant_config.hpp"
 #include "test_util.hpp"
 
@@ -266,19 +266,6 @@ void check_layer(const Case& c, std::uint64_t seed) {
   }
 }
 
-// Every kernel version this CPU can run (AVX-512, AVX2, baseline), lowest last.
-std::vector<quant::Isa> kernel_levels() {
-  std::vector<quant::Isa> out;
-  quant::set_kernel_isa_cap(quant::Isa::avx512);
-  for (int level = static_cast<int>(quant::kernel_isa()); level >= 0; --level) out.push_back(static_cast<quant::Isa>(level));
-  return out;
-}
-
-struct IsaCap {  // restores the default on scope exit
-  explicit IsaCap(quant::Isa isa) { quant::set_kernel_isa_cap(isa); }
-  ~IsaCap() { quant::set_kernel_isa_cap(quant::Isa::avx512); }
-};
-
 TEST(GptqLinear, MatchesDequantizedFloatProduct) {
   std::uint64_t seed = 100;
   for (bool sym : {false, true}) {
@@ -295,9 +282,9 @@ TEST(GptqLinear, MatchesDequantizedFloatProduct) {
 }
 
 TEST(GptqLinear, EveryKernelVersionMatches) {
-  for (quant::Isa isa : kernel_levels()) {
-    SCOPED_TRACE(quant::to_string(isa));
-    IsaCap cap(isa);
+  for (ops::Isa isa : ops::isas_of_this_cpu()) {
+    SCOPED_TRACE(ops::to_string(isa));
+    const ops::ScopedIsaCap cap(isa);
     check_layer({256, 48, 32, false, true, false, true}, 40);
     check_layer({64, 40, 20, true, true, true, false}, 41);
   }

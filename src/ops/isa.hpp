@@ -1,10 +1,12 @@
-// Which instruction set the quantized kernels use (internal to src/quant). Each kernel is compiled
+// Which instruction set the hand-written kernels use (src/ops, src/quant). Each kernel is compiled
 // three times: for x86-64-v4 (AVX-512), x86-64-v3 (AVX2 + FMA) and the x86-64 baseline, and picks one
 // per call from the CPU's features, so the binary needs no -march flag. Tests lower the cap to run the
 // other versions on the same CPU.
 #pragma once
 
-namespace evalrun::quant {
+#include <vector>
+
+namespace evalrun::ops {
 
 enum class Isa { baseline = 0, avx2 = 1, avx512 = 2 };
 
@@ -13,8 +15,19 @@ Isa kernel_isa();
 // Caps kernel_isa() (tests); Isa::avx512 = no cap.
 void set_kernel_isa_cap(Isa cap);
 const char* to_string(Isa isa);
+// Every level this CPU runs, best first, the baseline last (tests run each kernel version on one CPU).
+std::vector<Isa> isas_of_this_cpu();
 
-}  // namespace evalrun::quant
+// Caps kernel_isa() for its scope, then lifts the cap.
+class ScopedIsaCap {
+ public:
+  explicit ScopedIsaCap(Isa cap) { set_kernel_isa_cap(cap); }
+  ~ScopedIsaCap() { set_kernel_isa_cap(Isa::avx512); }
+  ScopedIsaCap(const ScopedIsaCap&) = delete;
+  ScopedIsaCap& operator=(const ScopedIsaCap&) = delete;
+};
+
+}  // namespace evalrun::ops
 
 // Compiles one kernel body (a function template or an inline function taking the same arguments)
 // for the three levels; used inside the kernels' .cpp files.

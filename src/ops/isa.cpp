@@ -1,8 +1,8 @@
-#include "quant/isa.hpp"
+#include "ops/isa.hpp"
 
 #include <atomic>
 
-namespace evalrun::quant {
+namespace evalrun::ops {
 
 namespace {
 
@@ -20,17 +20,27 @@ Isa detect() {
   return Isa::baseline;
 }
 
+Isa detected() {
+  static const Isa isa = detect();
+  return isa;
+}
+
 std::atomic<int> g_cap{static_cast<int>(Isa::avx512)};
 
 }  // namespace
 
 Isa kernel_isa() {
-  static const Isa detected = detect();
   const int cap = g_cap.load(std::memory_order_relaxed);
-  return static_cast<int>(detected) < cap ? detected : static_cast<Isa>(cap);
+  return static_cast<int>(detected()) < cap ? detected() : static_cast<Isa>(cap);
 }
 
 void set_kernel_isa_cap(Isa cap) { g_cap.store(static_cast<int>(cap)); }
+
+std::vector<Isa> isas_of_this_cpu() {
+  std::vector<Isa> out;
+  for (int level = static_cast<int>(detected()); level >= 0; --level) out.push_back(static_cast<Isa>(level));
+  return out;
+}
 
 const char* to_string(Isa isa) {
   switch (isa) {
@@ -41,4 +51,4 @@ const char* to_string(Isa isa) {
   return "?";
 }
 
-}  // namespace evalrun::quant
+}  // namespace evalrun::ops
