@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <stdexcept>
+
+#include "ops/isa.hpp"
 
 namespace evalrun::ops {
 namespace {
@@ -33,7 +36,7 @@ EVALRUN_FP8_TARGET inline void decode(__m256i lo, __m256i hi, __m512 (&wv)[4]) {
 // Output columns j0 .. j1 of M rows: 64 weights per step of p in four accumulators per row (the order
 // of a row's sum is the same whatever M is); the tail with masked loads (code 0 decodes to 0).
 template <int M>
-EVALRUN_FP8_TARGET void columns(const float* x, std::int64_t ldx, const std::uint8_t* w, const float* scale,
+EVALRUN_FP8_TARGET void columns_avx512(const float* x, std::int64_t ldx, const std::uint8_t* w, const float* scale,
                                 std::int64_t scale_stride, std::int64_t k, std::int64_t j0, std::int64_t j1, float* y,
                                 std::int64_t ldy, float alpha, float beta) {
   const std::int64_t full = k / 64 * 64;
@@ -78,11 +81,91 @@ EVALRUN_FP8_TARGET void columns(const float* x, std::int64_t ldx, const std::uin
   }
 }
 
+// The AVX2 version (x86-64-v3 CPUs without AVX-512; F16C converts): the same decode, 8 codes at a
+// time (sign-extended to 16 bits, shifted, bit 14 cleared, vcvtph2ps), four accumulators of 8 floats
+// per row (a step of 32 weights). Sixteen registers hold at most three rows' accumulators beside the
+// weight vector and the input, so a group of four rows takes two passes of two over each weight row,
+// the second reading it from L1; each row sums in the same order either way.
+#define EVALRUN_FP8_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+
+// The low 8 codes of `codes` -> 8 floats, each 2^-8 times its value (as e4m3_as_half).
+EVALRUN_FP8_AVX2_TARGET inline __m256 decode8_avx2(__m128i codes) {
+  const __m128i half = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(codes), 7), _mm_set1_epi16(static_cast<short>(0xBF80)));
+  return _mm256_cvtph_ps(half);
+}
+
+inline __m128i load8(const std::uint8_t* p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)); }
+
+// One weight row against M input rows: sums[r] = 2^-8 sum_p x[r, p] e4m3(wr[p]). The tail's codes are
+// copied into a zeroed block (AVX2 has no masked byte load; code 0 decodes to 0), its inputs masked.
+template <int M>
+EVALRUN_FP8_AVX2_TARGET void dot_rows_avx2(const float* x, std::int64_t ldx, const std::uint8_t* wr, std::int64_t k,
+                                           std::int64_t full, const __m256i* tail, float* sums) {
+  __m256 acc[M][4];
+  for (int r = 0; r < M; ++r) {
+    for (int t = 0; t < 4; ++t) acc[r][t] = _mm256_setzero_ps();
+  }
+  for (std::int64_t p = 0; p < full; p += 32) {
+    for (int t = 0; t < 4; ++t) {
+      const __m256 wv = decode8_avx2(load8(wr + p + 8 * t));
+      for (int r = 0; r < M; ++r) acc[r][t] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + p + 8 * t), wv, acc[r][t]);
+    }
+  }
+  if (full < k) {
+    std::uint8_t last[32] = {};
+    std::memcpy(last, wr + full, static_cast<std::size_t>(k - full));
+    for (int t = 0; t < 4; ++t) {
+      const __m256 wv = decode8_avx2(load8(last + 8 * t));
+      for (int r = 0; r < M; ++r) {
+        acc[r][t] = _mm256_fmadd_ps(_mm256_maskload_ps(x + r * ldx + full + 8 * t, tail[t]), wv, acc[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < M; ++r) {
+    const __m256 sum = _mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]), _mm256_add_ps(acc[r][2], acc[r][3]));
+    __m128 v = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
+    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
+    sums[r] = _mm_cvtss_f32(v);
+  }
+}
+
+template <int M>
+EVALRUN_FP8_AVX2_TARGET void columns_avx2(const float* x, std::int64_t ldx, const std::uint8_t* w, const float* scale,
+                                          std::int64_t scale_stride, std::int64_t k, std::int64_t j0, std::int64_t j1,
+                                          float* y, std::int64_t ldy, float alpha, float beta) {
+  const std::int64_t full = k / 32 * 32;
+  __m256i tail[4];
+  for (int t = 0; t < 4; ++t) {
+    const std::int64_t left = std::clamp<std::int64_t>(k - full - 8 * t, 0, 8);
+    // maskload takes the lanes whose sign bit is set: lane i < left.
+    tail[t] = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(left)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  for (std::int64_t j = j0; j < j1; ++j) {
+    const std::uint8_t* wr = w + j * k;
+    float sums[M];
+    if constexpr (M <= 3) {
+      dot_rows_avx2<M>(x, ldx, wr, k, full, tail, sums);
+    } else {
+      dot_rows_avx2<2>(x, ldx, wr, k, full, tail, sums);
+      dot_rows_avx2<M - 2>(x + 2 * ldx, ldx, wr, k, full, tail, sums + 2);
+    }
+    const float s = alpha * scale[j * scale_stride];
+    for (int r = 0; r < M; ++r) {
+      const float v = s * (sums[r] * 256.0f);  // 256: the decode's 2^-8 taken back (exact)
+      float& out = y[r * ldy + j];
+      out = beta != 0.0f ? out + v : v;
+    }
+  }
+}
+
 using Columns = void (*)(const float*, std::int64_t, const std::uint8_t*, const float*, std::int64_t, std::int64_t,
                          std::int64_t, std::int64_t, float*, std::int64_t, float, float);
-// Rows one pass over the weights takes (kFp8RowsMax rows run in groups of these).
+// Rows one call of a columns function takes (kFp8RowsMax rows run in groups of these).
 constexpr std::int64_t kGroupRows = 4;
-constexpr Columns kColumns[kGroupRows] = {columns<1>, columns<2>, columns<3>, columns<4>};
+constexpr Columns kColumnsAvx512[kGroupRows] = {columns_avx512<1>, columns_avx512<2>, columns_avx512<3>,
+                                                columns_avx512<4>};
+constexpr Columns kColumnsAvx2[kGroupRows] = {columns_avx2<1>, columns_avx2<2>, columns_avx2<3>, columns_avx2<4>};
 
 std::atomic<std::int64_t> g_limit{kFp8RowsMax};
 
@@ -91,17 +174,15 @@ std::atomic<std::int64_t> g_limit{kFp8RowsMax};
 void set_fp8_rows_limit(std::int64_t rows) { g_limit = std::clamp<std::int64_t>(rows, 0, kFp8RowsMax); }
 std::int64_t fp8_rows_limit() { return g_limit.load(); }
 
-bool have_fp8_rows_kernel() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl");
-  return yes;
-}
+bool have_fp8_rows_kernel() { return kernel_isa() != Isa::baseline; }
 
 void linear_fp8_rows(const float* x, std::int64_t m, std::int64_t ldx, const std::uint8_t* w, const float* scale,
                      std::int64_t scale_stride, std::int64_t n, std::int64_t k, float* y, std::int64_t ldy, float alpha,
                      float beta) {
   if (m < 1 || m > kFp8RowsMax) throw std::invalid_argument("linear_fp8_rows: 1 to 8 rows");
-  if (!have_fp8_rows_kernel()) throw std::logic_error("linear_fp8_rows: this CPU has no AVX-512 BW");
+  const Isa isa = kernel_isa();
+  if (isa == Isa::baseline) throw std::logic_error("linear_fp8_rows: this CPU has neither AVX-512 nor AVX2");
+  const Columns* columns = isa == Isa::avx512 ? kColumnsAvx512 : kColumnsAvx2;
   // Blocks of 32 columns, each thread streaming its own run of them; a task is at least 64K weights
   // (as the float32 kernel's), so a tiny model's products stay on one thread. Every group of up to 4
   // rows passes over a block before the next block, so the second group finds it in cache (32 rows
@@ -111,7 +192,7 @@ void linear_fp8_rows(const float* x, std::int64_t m, std::int64_t ldx, const std
     for (std::int64_t b = b0; b < b1; ++b) {
       for (std::int64_t r0 = 0; r0 < m; r0 += kGroupRows) {
         const std::int64_t rows = std::min(kGroupRows, m - r0);
-        kColumns[rows - 1](x + r0 * ldx, ldx, w, scale, scale_stride, k, b * 32, std::min(n, (b + 1) * 32),
+        columns[rows - 1](x + r0 * ldx, ldx, w, scale, scale_stride, k, b * 32, std::min(n, (b + 1) * 32),
                            y + r0 * ldy, ldy, alpha, beta);
       }
     }

@@ -1,5 +1,6 @@
 // Decode-step products of FP8 layers: a few float32 rows times float8 e4m3 weights stored [out, in],
-// each weight row streamed once (1 byte per weight) and decoded to float32 in registers. The layer's
+// each weight row streamed once (1 byte per weight) and decoded to float32 in registers (AVX-512, or
+// AVX2 + F16C on CPUs without it; ops/isa.hpp picks, tests cap it to run both). The layer's
 // other path decodes 64-row tiles to float32 in memory and runs sgemm on them, which for a decode
 // step's one row moves 5 bytes per weight instead of 1 (llama_decode_bench variant fp8-rows compares
 // the two).
@@ -14,7 +15,7 @@ namespace evalrun::ops {
 // the weights still leave memory once (a batch-8 decode step).
 constexpr std::int64_t kFp8RowsMax = 8;
 
-// True when the CPU has AVX-512 F and BW (else callers keep the tiles).
+// True when the CPU has AVX-512 or AVX2 + FMA + F16C (ops::kernel_isa(); else callers keep the tiles).
 bool have_fp8_rows_kernel();
 
 // The most rows Fp8Linear gives the kernel: kFp8RowsMax unless set (clamped to 0 .. kFp8RowsMax; 0:
