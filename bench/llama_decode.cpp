@@ -61,6 +61,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu.hpp"
 #include "llama2c.hpp"
 #include "model/llama.hpp"
 #include "fixtures/make_model.hpp"
@@ -338,6 +339,7 @@ int main(int argc, char** argv) {
   }
   evalrun::set_compute_threads(threads);
   const double bw = measure_bandwidth(), read_bw = measure_read_bandwidth();
+  evalrun::bench::print_cpu();
   std::printf("threads %d: memcpy bandwidth %.2f GB/s (read + write); streaming read %.2f GB/s\n", threads, bw,
               read_bw);
 

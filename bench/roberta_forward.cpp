@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu.hpp"
 #include "ceiling.hpp"
 #include "fixtures/make_model.hpp"
 #include "model/roberta.hpp"
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
     }
   }
   evalrun::set_compute_threads(threads);
+  evalrun::bench::print_cpu();
 
   std::vector<std::int64_t> ids(batch * seq), mask(batch * seq, 1);
   for (std::int64_t i = 0; i < batch * seq; ++i) ids[i] = 3 + (i * 7919) % 50000;
