@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "ops/isa.hpp"
+#include "ops/row_dot_avx2.hpp"
 
 namespace evalrun::ops {
 namespace {
@@ -56,63 +57,23 @@ __attribute__((target("avx512f"))) void columns_avx512(const float* x, std::int6
   }
 }
 
-// The AVX2 + FMA version (x86-64-v3 CPUs without AVX-512: AMD Zen 1-3, Intel's client cores). Eight
-// floats a vector and sixteen registers: four accumulators per row again (a step of 32 floats), so at
-// most three rows fit beside the weight vector and the input; four rows take two passes of two over
-// each weight row, the second reading it from L1. Every row sums in the same order in either case.
-template <int M>
-__attribute__((target("avx2,fma"))) void dot_rows_avx2(const float* x, std::int64_t ldx, const float* wr,
-                                                      std::int64_t k, std::int64_t full, const __m256i* tail,
-                                                      float* sums) {
-  constexpr int kAcc = 4;
-  __m256 acc[M][kAcc];
-  for (int r = 0; r < M; ++r) {
-    for (int t = 0; t < kAcc; ++t) acc[r][t] = _mm256_setzero_ps();
-  }
-  for (std::int64_t p = 0; p < full; p += 8 * kAcc) {
-    for (int t = 0; t < kAcc; ++t) {
-      const __m256 wv = _mm256_loadu_ps(wr + p + 8 * t);
-      for (int r = 0; r < M; ++r) acc[r][t] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + p + 8 * t), wv, acc[r][t]);
-    }
-  }
-  if (full < k) {
-    for (int t = 0; t < kAcc; ++t) {
-      const __m256 wv = _mm256_maskload_ps(wr + full + 8 * t, tail[t]);
-      for (int r = 0; r < M; ++r) {
-        acc[r][t] = _mm256_fmadd_ps(_mm256_maskload_ps(x + r * ldx + full + 8 * t, tail[t]), wv, acc[r][t]);
-      }
-    }
-  }
-  for (int r = 0; r < M; ++r) {
-    const __m256 sum = _mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]), _mm256_add_ps(acc[r][2], acc[r][3]));
-    __m128 v = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
-    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
-    sums[r] = _mm_cvtss_f32(v);
-  }
-}
+// The AVX2 version (x86-64-v3 CPUs without AVX-512: AMD Zen 1-3, Intel's client cores): see
+// ops/row_dot_avx2.hpp.
+struct F32Loader {
+  const float* row;
+  const avx2_rows::Tail& end;
+  EVALRUN_AVX2_ROWS_TARGET __m256 at(std::int64_t p) const { return _mm256_loadu_ps(row + p); }
+  EVALRUN_AVX2_ROWS_TARGET __m256 tail(int t) const { return _mm256_maskload_ps(row + end.full + 8 * t, end.mask[t]); }
+};
 
 template <int M>
-__attribute__((target("avx2,fma"))) void columns_avx2(const float* x, std::int64_t ldx, const float* w, std::int64_t k,
-                                                     std::int64_t j0, std::int64_t j1, float* y, std::int64_t ldy,
-                                                     float alpha, float beta) {
-  constexpr int kAcc = 4;
-  const std::int64_t full = k / (8 * kAcc) * (8 * kAcc);
-  __m256i tail[kAcc];
-  for (int t = 0; t < kAcc; ++t) {
-    const std::int64_t left = std::clamp<std::int64_t>(k - full - 8 * t, 0, 8);
-    // maskload takes the lanes whose sign bit is set: lane i < left.
-    tail[t] = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(left)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  }
+EVALRUN_AVX2_ROWS_TARGET void columns_avx2(const float* x, std::int64_t ldx, const float* w, std::int64_t k,
+                                           std::int64_t j0, std::int64_t j1, float* y, std::int64_t ldy, float alpha,
+                                           float beta) {
+  const avx2_rows::Tail tail(k);
   for (std::int64_t j = j0; j < j1; ++j) {
-    const float* wr = w + j * k;
     float sums[M];
-    if constexpr (M <= 3) {
-      dot_rows_avx2<M>(x, ldx, wr, k, full, tail, sums);
-    } else {
-      dot_rows_avx2<2>(x, ldx, wr, k, full, tail, sums);
-      dot_rows_avx2<M - 2>(x + 2 * ldx, ldx, wr, k, full, tail, sums + 2);
-    }
+    avx2_rows::dot_rows<M>(x, ldx, F32Loader{w + j * k, tail}, tail, k, sums);
     for (int r = 0; r < M; ++r) {
       const float v = alpha * sums[r];
       float& out = y[r * ldy + j];

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "ops/isa.hpp"
+#include "ops/row_dot_avx2.hpp"
 
 namespace evalrun::ops {
 namespace {
@@ -81,75 +82,32 @@ EVALRUN_FP8_TARGET void columns_avx512(const float* x, std::int64_t ldx, const s
   }
 }
 
-// The AVX2 version (x86-64-v3 CPUs without AVX-512; F16C converts): the same decode, 8 codes at a
-// time (sign-extended to 16 bits, shifted, bit 14 cleared, vcvtph2ps), four accumulators of 8 floats
-// per row (a step of 32 weights). Sixteen registers hold at most three rows' accumulators beside the
-// weight vector and the input, so a group of four rows takes two passes of two over each weight row,
-// the second reading it from L1; each row sums in the same order either way.
-#define EVALRUN_FP8_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
-
-// The low 8 codes of `codes` -> 8 floats, each 2^-8 times its value (as e4m3_as_half).
-EVALRUN_FP8_AVX2_TARGET inline __m256 decode8_avx2(__m128i codes) {
-  const __m128i half = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(codes), 7), _mm_set1_epi16(static_cast<short>(0xBF80)));
-  return _mm256_cvtph_ps(half);
+// The AVX2 version (x86-64-v3 CPUs without AVX-512; see ops/row_dot_avx2.hpp): the same decode, 8
+// codes at a time (sign-extended to 16 bits, shifted, bit 14 cleared, vcvtph2ps). AVX2 has no masked
+// byte load, so the partial step's codes are copied into a zeroed block (code 0 decodes to 0).
+EVALRUN_AVX2_ROWS_TARGET inline __m256 decode8_avx2(const std::uint8_t* codes) {
+  const __m128i c = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes));
+  return _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(c), 7), _mm_set1_epi16(static_cast<short>(0xBF80))));
 }
 
-inline __m128i load8(const std::uint8_t* p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)); }
-
-// One weight row against M input rows: sums[r] = 2^-8 sum_p x[r, p] e4m3(wr[p]). The tail's codes are
-// copied into a zeroed block (AVX2 has no masked byte load; code 0 decodes to 0), its inputs masked.
-template <int M>
-EVALRUN_FP8_AVX2_TARGET void dot_rows_avx2(const float* x, std::int64_t ldx, const std::uint8_t* wr, std::int64_t k,
-                                           std::int64_t full, const __m256i* tail, float* sums) {
-  __m256 acc[M][4];
-  for (int r = 0; r < M; ++r) {
-    for (int t = 0; t < 4; ++t) acc[r][t] = _mm256_setzero_ps();
+struct Fp8Loader {
+  const std::uint8_t* row;
+  std::uint8_t last[32];
+  Fp8Loader(const std::uint8_t* r, std::int64_t full, std::int64_t k) : row(r), last{} {
+    std::memcpy(last, r + full, static_cast<std::size_t>(k - full));
   }
-  for (std::int64_t p = 0; p < full; p += 32) {
-    for (int t = 0; t < 4; ++t) {
-      const __m256 wv = decode8_avx2(load8(wr + p + 8 * t));
-      for (int r = 0; r < M; ++r) acc[r][t] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + p + 8 * t), wv, acc[r][t]);
-    }
-  }
-  if (full < k) {
-    std::uint8_t last[32] = {};
-    std::memcpy(last, wr + full, static_cast<std::size_t>(k - full));
-    for (int t = 0; t < 4; ++t) {
-      const __m256 wv = decode8_avx2(load8(last + 8 * t));
-      for (int r = 0; r < M; ++r) {
-        acc[r][t] = _mm256_fmadd_ps(_mm256_maskload_ps(x + r * ldx + full + 8 * t, tail[t]), wv, acc[r][t]);
-      }
-    }
-  }
-  for (int r = 0; r < M; ++r) {
-    const __m256 sum = _mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]), _mm256_add_ps(acc[r][2], acc[r][3]));
-    __m128 v = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
-    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
-    sums[r] = _mm_cvtss_f32(v);
-  }
-}
+  EVALRUN_AVX2_ROWS_TARGET __m256 at(std::int64_t p) const { return decode8_avx2(row + p); }
+  EVALRUN_AVX2_ROWS_TARGET __m256 tail(int t) const { return decode8_avx2(last + 8 * t); }
+};
 
 template <int M>
-EVALRUN_FP8_AVX2_TARGET void columns_avx2(const float* x, std::int64_t ldx, const std::uint8_t* w, const float* scale,
-                                          std::int64_t scale_stride, std::int64_t k, std::int64_t j0, std::int64_t j1,
-                                          float* y, std::int64_t ldy, float alpha, float beta) {
-  const std::int64_t full = k / 32 * 32;
-  __m256i tail[4];
-  for (int t = 0; t < 4; ++t) {
-    const std::int64_t left = std::clamp<std::int64_t>(k - full - 8 * t, 0, 8);
-    // maskload takes the lanes whose sign bit is set: lane i < left.
-    tail[t] = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(left)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  }
+EVALRUN_AVX2_ROWS_TARGET void columns_avx2(const float* x, std::int64_t ldx, const std::uint8_t* w, const float* scale,
+                                           std::int64_t scale_stride, std::int64_t k, std::int64_t j0, std::int64_t j1,
+                                           float* y, std::int64_t ldy, float alpha, float beta) {
+  const avx2_rows::Tail tail(k);
   for (std::int64_t j = j0; j < j1; ++j) {
-    const std::uint8_t* wr = w + j * k;
     float sums[M];
-    if constexpr (M <= 3) {
-      dot_rows_avx2<M>(x, ldx, wr, k, full, tail, sums);
-    } else {
-      dot_rows_avx2<2>(x, ldx, wr, k, full, tail, sums);
-      dot_rows_avx2<M - 2>(x + 2 * ldx, ldx, wr, k, full, tail, sums + 2);
-    }
+    avx2_rows::dot_rows<M>(x, ldx, Fp8Loader(w + j * k, tail.full, k), tail, k, sums);
     const float s = alpha * scale[j * scale_stride];
     for (int r = 0; r < M; ++r) {
       const float v = s * (sums[r] * 256.0f);  // 256: the decode's 2^-8 taken back (exact)
