@@ -73,7 +73,7 @@ EVALRUN_AVX2_ROWS_TARGET void columns_avx2(const float* x, std::int64_t ldx, con
   const avx2_rows::Tail tail(k);
   for (std::int64_t j = j0; j < j1; ++j) {
     float sums[M];
-    avx2_rows::dot_rows<M>(x, ldx, F32Loader{w + j * k, tail}, tail, k, sums);
+    avx2_rows::dot_rows<M>(x, ldx, F32Loader{w + j * k, tail}, tail, sums);
     for (int r = 0; r < M; ++r) {
       const float v = alpha * sums[r];
       float& out = y[r * ldy + j];

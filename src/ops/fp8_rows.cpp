@@ -92,9 +92,11 @@ EVALRUN_AVX2_ROWS_TARGET inline __m256 decode8_avx2(const std::uint8_t* codes) {
 
 struct Fp8Loader {
   const std::uint8_t* row;
-  std::uint8_t last[32];
-  Fp8Loader(const std::uint8_t* r, std::int64_t full, std::int64_t k) : row(r), last{} {
-    std::memcpy(last, r + full, static_cast<std::size_t>(k - full));
+  std::uint8_t last[32];  // filled only when the row ends in a partial step (tail() is read only then)
+  Fp8Loader(const std::uint8_t* r, const avx2_rows::Tail& end, std::int64_t k) : row(r) {
+    if (!end.partial) return;
+    std::memset(last, 0, sizeof last);
+    std::memcpy(last, r + end.full, static_cast<std::size_t>(k - end.full));
   }
   EVALRUN_AVX2_ROWS_TARGET __m256 at(std::int64_t p) const { return decode8_avx2(row + p); }
   EVALRUN_AVX2_ROWS_TARGET __m256 tail(int t) const { return decode8_avx2(last + 8 * t); }
@@ -107,7 +109,7 @@ EVALRUN_AVX2_ROWS_TARGET void columns_avx2(const float* x, std::int64_t ldx, con
   const avx2_rows::Tail tail(k);
   for (std::int64_t j = j0; j < j1; ++j) {
     float sums[M];
-    avx2_rows::dot_rows<M>(x, ldx, Fp8Loader(w + j * k, tail.full, k), tail, k, sums);
+    avx2_rows::dot_rows<M>(x, ldx, Fp8Loader(w + j * k, tail, k), tail, sums);
     const float s = alpha * scale[j * scale_stride];
     for (int r = 0; r < M; ++r) {
       const float v = s * (sums[r] * 256.0f);  // 256: the decode's 2^-8 taken back (exact)

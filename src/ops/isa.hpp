@@ -1,7 +1,8 @@
-// Which instruction set the hand-written kernels use (src/ops, src/quant). Each kernel is compiled
-// three times: for x86-64-v4 (AVX-512), x86-64-v3 (AVX2 + FMA) and the x86-64 baseline, and picks one
-// per call from the CPU's features, so the binary needs no -march flag. Tests lower the cap to run the
-// other versions on the same CPU.
+// Which instruction set the hand-written kernels use (src/ops, src/quant), picked per call from the
+// CPU's features, so the binary needs no -march flag. The quant kernels are compiled three times, for
+// x86-64-v4 (AVX-512), x86-64-v3 (AVX2 + FMA) and the x86-64 baseline (the macros below); the float32
+// and FP8 row kernels of ops are written in intrinsics for AVX-512 and AVX2 (none for the baseline).
+// Tests lower the cap to run the other versions on the same CPU.
 #pragma once
 
 #include <vector>

@@ -17,13 +17,15 @@
 
 namespace evalrun::ops::avx2_rows {
 
-// Where a row of k weights ends: `full` weights in whole steps of 32, then masks for the four 8-lane
-// vectors of the last, partial step (maskload takes the lanes whose sign bit is set: lane i < left).
+// Where a row of k weights ends: `full` weights in whole steps of 32, then (when `partial`) masks for
+// the four 8-lane vectors of the last, partial step (maskload takes the lanes whose sign bit is set:
+// lane i < left).
 struct Tail {
   std::int64_t full;
+  bool partial;
   __m256i mask[4];
 
-  EVALRUN_AVX2_ROWS_TARGET explicit Tail(std::int64_t k) : full(k / 32 * 32) {
+  EVALRUN_AVX2_ROWS_TARGET explicit Tail(std::int64_t k) : full(k / 32 * 32), partial(full < k) {
     for (int t = 0; t < 4; ++t) {
       const std::int64_t left = std::clamp<std::int64_t>(k - full - 8 * t, 0, 8);
       mask[t] = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(left)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -35,7 +37,7 @@ struct Tail {
 // and `__m256 tail(t)`, the t-th 8 of the partial step, zero past k.
 template <int M, class Loader>
 EVALRUN_AVX2_ROWS_TARGET inline void dot_pass(const float* x, std::int64_t ldx, const Loader& w, const Tail& tail,
-                                              bool partial, float* sums) {
+                                              float* sums) {
   __m256 acc[M][4];
   for (int r = 0; r < M; ++r) {
     for (int t = 0; t < 4; ++t) acc[r][t] = _mm256_setzero_ps();
@@ -46,7 +48,7 @@ EVALRUN_AVX2_ROWS_TARGET inline void dot_pass(const float* x, std::int64_t ldx, 
       for (int r = 0; r < M; ++r) acc[r][t] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + p + 8 * t), wv, acc[r][t]);
     }
   }
-  if (partial) {
+  if (tail.partial) {
     for (int t = 0; t < 4; ++t) {
       const __m256 wv = w.tail(t);
       for (int r = 0; r < M; ++r) {
@@ -66,13 +68,12 @@ EVALRUN_AVX2_ROWS_TARGET inline void dot_pass(const float* x, std::int64_t ldx, 
 // The same for M <= 4 rows (four in two passes).
 template <int M, class Loader>
 EVALRUN_AVX2_ROWS_TARGET inline void dot_rows(const float* x, std::int64_t ldx, const Loader& w, const Tail& tail,
-                                              std::int64_t k, float* sums) {
-  const bool partial = tail.full < k;
+                                              float* sums) {
   if constexpr (M <= 3) {
-    dot_pass<M>(x, ldx, w, tail, partial, sums);
+    dot_pass<M>(x, ldx, w, tail, sums);
   } else {
-    dot_pass<2>(x, ldx, w, tail, partial, sums);
-    dot_pass<M - 2>(x + 2 * ldx, ldx, w, tail, partial, sums + 2);
+    dot_pass<2>(x, ldx, w, tail, sums);
+    dot_pass<M - 2>(x + 2 * ldx, ldx, w, tail, sums + 2);
   }
 }
 
