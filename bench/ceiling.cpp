@@ -9,6 +9,7 @@
 #include <map>
 
 #include "model/loader_util.hpp"
+#include "ops/bf16_rows.hpp"
 
 #ifdef EVALRUN_HAVE_ONEDNN_MATMUL
 #include <dnnl.hpp>
@@ -84,11 +85,16 @@ LayerCeilings measure_layer_ceilings(std::int64_t M, std::int64_t H, std::int64_
     add("fp32", "at::linear", {"", "", 0, 0, best_seconds([&] { at::linear(x, w, b); }, reps)});
     add("fp32", "model GEMM", {"", "", 0, 0, best_seconds([&] { model::matmul_into(y, x, w_t, 0.0f); }, reps)});
     torch::Tensor xb = x.to(torch::kBFloat16), wb = w.to(torch::kBFloat16), bb = b.to(torch::kBFloat16);
-    add("bf16", "at::linear", {"", "", 0, 0, best_seconds([&] { at::linear(xb, wb, bb); }, reps)});
+    torch::Tensor wb_t = wb.t().contiguous(), yb = torch::empty({M, s.n}, torch::kBFloat16);
+    add("bf16", "model GEMM", {"", "", 0, 0, best_seconds([&] { model::matmul_into(yb, xb, wb_t, 0.0f); }, reps)});
+    // Without AVX512-BF16 libtorch's and oneDNN's bfloat16 products are a scalar loop (at::linear,
+    // ~1.5 GFLOP/s: minutes at these shapes) or refused (oneDNN's matmul), so they are left out.
+    const bool native_bf16 = ops::have_native_bf16_gemm();
+    if (native_bf16) add("bf16", "at::linear", {"", "", 0, 0, best_seconds([&] { at::linear(xb, wb, bb); }, reps)});
 #ifdef EVALRUN_HAVE_ONEDNN_MATMUL
     using dt = dnnl::memory::data_type;
     add("fp32", "oneDNN matmul", onednn_matmul(dt::f32, dt::f32, M, s.k, s.n, reps));
-    add("bf16", "oneDNN matmul", onednn_matmul(dt::bf16, dt::bf16, M, s.k, s.n, reps));
+    if (native_bf16) add("bf16", "oneDNN matmul", onednn_matmul(dt::bf16, dt::bf16, M, s.k, s.n, reps));
     add("int8", "oneDNN matmul s8s8s32", onednn_matmul(dt::s8, dt::s32, M, s.k, s.n, reps));
     add("int8", "oneDNN matmul u8s8s32", onednn_matmul(dt::u8, dt::s32, M, s.k, s.n, reps));
 #endif

@@ -2,7 +2,8 @@
 // precision: the products one post-LayerNorm layer runs at M rows (hidden H, intermediate I: fused QKV
 // H x 3H, attention output H x H, intermediate H x I, output I x H), timed on
 //   fp32: the model's own GEMM (oneDNN sgemm), at::linear and oneDNN's matmul primitive;
-//   bf16: at::linear and oneDNN's matmul primitive (bf16 in, bf16 out, f32 accumulation);
+//   bf16: the model's own GEMM (float32 tiles on CPUs without AVX512-BF16), and where the CPU has
+//         AVX512-BF16 at::linear and oneDNN's matmul primitive (bf16 in, bf16 out, f32 accumulation);
 //   int8: oneDNN's matmul primitive, s8 x s8 -> s32 (VNNI / AMX where the CPU has them).
 // Weights of the matmul primitive are in the layout it asks for, reordered once (as the models hold
 // them). The ceiling of a precision is the layer's operations over the sum of the fastest kernel's

@@ -92,7 +92,7 @@ namespace fs = std::filesystem;
 
 // Float projection weights stay [out, in] as stored, on both paths: the float32 path's products
 // (ops::linear_f32) stream that layout at memory speed in decode steps and run oneDNN's matmul on it
-// for more rows; oneDNN's bfloat16 matmul (at::linear) reads it fastest too. Quantized layers run on
+// for more rows; the bfloat16 routes (ops/bf16_rows.hpp) take it as it is too. Quantized layers run on
 // the float32 path only.
 struct DecoderLayer {
   quant::LinearPtr qkv;      // (nh + 2 nkv) d outputs: q | k | v
@@ -483,7 +483,7 @@ struct LlamaModel::Impl : model::Weights {
   // compute dtype, softmax in float32, top-k weights renormalized and cast back, index_add_).
   Tensor moe_torch(const DecoderLayer& L, std::size_t layer, const Tensor& a) {
     const std::int64_t I = inter, K = cfg.experts_per_token;
-    Tensor p = torch::softmax(at::linear(a, L.router).to(torch::kFloat32), 1);
+    Tensor p = torch::softmax(linear_t(a, L.router, Tensor()).to(torch::kFloat32), 1);
     auto top = torch::topk(p, K, -1);
     Tensor tw = std::get<0>(top), ti = std::get<1>(top);
     const Tensor chosen = ti.contiguous();
@@ -495,9 +495,9 @@ struct LlamaModel::Impl : model::Weights {
       Tensor rows = hit.any(-1).nonzero().squeeze(1);
       if (rows.numel() == 0) continue;
       Tensor we = (tw * hit.to(tw.scalar_type())).sum(-1).index_select(0, rows).unsqueeze(1);
-      Tensor gu = at::linear(a.index_select(0, rows), weight_of(L.experts[e].gate_up));
+      Tensor gu = linear_t(a.index_select(0, rows), L.experts[e].gate_up);
       Tensor h = gate_activation(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
-      out.index_add_(0, rows, at::linear(h, weight_of(L.experts[e].down)) * we);
+      out.index_add_(0, rows, linear_t(h, L.experts[e].down) * we);
     }
     return out;
   }
@@ -529,21 +529,27 @@ struct LlamaModel::Impl : model::Weights {
     return torch::silu(g);
   }
 
-  // x W^T + b on the torch path. A bfloat16 model's decode steps (at most ops::kBf16RowsMax rows) go
-  // to the AVX512-BF16 row kernel, which streams the weights at memory speed; larger inputs (prefill)
-  // and other CPUs to at::linear. Both accumulate in float32 and round once to bfloat16.
+  // x W^T + b on the torch path. bfloat16 products go to ops/bf16_rows.hpp's routes: decode steps (at
+  // most ops::kBf16RowsMax rows) to its row kernel, which streams the weights at memory speed; more rows
+  // to oneDNN's native bfloat16 matmul (at::linear) where the CPU has AVX512-BF16, else to float32 tiles
+  // and the float32 GEMM (libtorch's bfloat16 GEMM is a scalar loop there). Every route accumulates in
+  // float32 and rounds once to bfloat16.
   Tensor linear_t(const Tensor& x, const Tensor& w, const Tensor& b) const {
     const std::int64_t M = x.size(0), K = x.size(1), N = w.size(0);
-    if (x.scalar_type() != torch::kBFloat16 || w.scalar_type() != torch::kBFloat16 || M > ops::kBf16RowsMax ||
-        !ops::have_bf16_rows_kernel() || !w.is_contiguous() ||
-        (b.defined() && (b.scalar_type() != torch::kBFloat16 || !b.is_contiguous()))) {
-      return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
-    }
+    const bool bf16 = x.scalar_type() == torch::kBFloat16 && w.scalar_type() == torch::kBFloat16 && w.is_contiguous() &&
+                      (!b.defined() || (b.scalar_type() == torch::kBFloat16 && b.is_contiguous()));
+    const bool rows = M <= ops::kBf16RowsMax && ops::have_bf16_rows_kernel();
+    if (!bf16 || (!rows && ops::have_native_bf16_gemm())) return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
     const Tensor xc = x.contiguous();
     Tensor y = torch::empty({M, N}, x.options());
     auto bits = [](const Tensor& t) { return reinterpret_cast<const std::uint16_t*>(t.data_ptr()); };
-    ops::linear_bf16_rows(bits(xc), M, K, bits(w), b.defined() ? bits(b) : nullptr, N,
-                          reinterpret_cast<std::uint16_t*>(y.data_ptr()));
+    auto* out = reinterpret_cast<std::uint16_t*>(y.data_ptr());
+    const std::uint16_t* bias = b.defined() ? bits(b) : nullptr;
+    if (rows) {
+      ops::linear_bf16_rows(bits(xc), M, K, bits(w), bias, N, out);
+    } else {
+      ops::linear_bf16_tiles(bits(xc), M, K, bits(w), ops::Bf16Layout::out_in, bias, N, out);
+    }
     return y;
   }
   Tensor linear_t(const Tensor& x, const quant::LinearPtr& layer) const {
@@ -618,14 +624,14 @@ struct LlamaModel::Impl : model::Weights {
         keys = keys.unsqueeze(2).expand({batch, nkv, groups, T, d}).reshape({batch, nh, T, d});
         values = values.unsqueeze(2).expand({batch, nkv, groups, T, d}).reshape({batch, nh, T, d});
       }
-      Tensor scores = at::matmul(q, keys.transpose(2, 3));
+      Tensor scores = model::matmul(q, keys.transpose(2, 3));
       if (c.attention_multiplier != 0.0) {
         scores = scores * c.attention_multiplier;
       } else {
         scores = scores / std::sqrt(static_cast<double>(d));
       }
       Tensor probs = torch::softmax(scores.to(torch::kFloat32) + mask_add, -1).to(st);
-      Tensor ctx = at::matmul(probs, values) * any_allowed;  // [B, nh, L, d]
+      Tensor ctx = model::matmul(probs, values) * any_allowed;  // [B, nh, L, d]
       ctx = ctx.transpose(1, 2).reshape({M, qw});
       Tensor o = summed(linear_t(ctx, L.o));
       x = c.residual_multiplier == 1.0 ? x + o : x + o * c.residual_multiplier;

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "common/errors.hpp"
+#include "ops/bf16_rows.hpp"
 #include "ops/gemm.hpp"
 #include "quant/dense.hpp"
 #include "common/parse_limits.hpp"
@@ -45,11 +46,21 @@ void matmul_into(torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& 
     ops::sgemm('N', 'N', m, n, k, 1.0f, x.data_ptr<float>(), k, w_t.data_ptr<float>(), n, beta, y.data_ptr<float>(), n);
     return;
   }
+  if (x.scalar_type() == torch::kBFloat16 && !ops::have_native_bf16_gemm()) {
+    auto bits = [](const torch::Tensor& t) { return reinterpret_cast<std::uint16_t*>(t.data_ptr()); };
+    ops::linear_bf16_tiles(bits(x), m, k, bits(w_t), ops::Bf16Layout::in_out, nullptr, n, bits(y), beta);
+    return;
+  }
   if (beta == 0.0f) {
     at::mm_out(y, x, w_t);
   } else {
     y.addmm_(x, w_t);
   }
+}
+
+torch::Tensor matmul(const torch::Tensor& a, const torch::Tensor& b) {
+  if (a.scalar_type() != torch::kBFloat16 || ops::have_native_bf16_gemm()) return at::matmul(a, b);
+  return at::matmul(a.to(torch::kFloat32), b.to(torch::kFloat32)).to(torch::kBFloat16);
 }
 
 quant::LinearPtr load_linear(const LinearLoad& how, const std::string& prefix, std::int64_t in, std::int64_t out,

@@ -51,8 +51,14 @@ torch::Tensor read_tensor(const Checkpoint& ckpt, const std::string& name, const
                           torch::ScalarType target, bool round_to_half, const TensorPart& part = {});
 
 // y[M,N] = beta * y + x[M,K] @ w_t[K,N]. All three contiguous, same dtype; w_t is the
-// pre-transposed weight. beta is 0 or 1. Float32 goes to oneDNN's sgemm when available.
+// pre-transposed weight. beta is 0 or 1. Float32 goes to oneDNN's sgemm when available, bfloat16 to
+// float32 tiles on CPUs without AVX512-BF16 (ops/bf16_rows.hpp says why).
 void matmul_into(torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& w_t, float beta);
+
+// at::matmul, except that bfloat16 operands are multiplied in float32 and the product rounded once to
+// bfloat16 on CPUs without AVX512-BF16, where libtorch's bfloat16 matmul is a scalar loop (the same
+// arithmetic as torch's: float32 accumulation, one rounding). For the attention products.
+torch::Tensor matmul(const torch::Tensor& a, const torch::Tensor& b);
 
 // How the linear layers of a checkpoint are read.
 struct LinearLoad {

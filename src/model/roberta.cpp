@@ -292,11 +292,11 @@ struct RobertaModel::Impl : model::Weights {
       Tensor k_t = qkv5[b].select(1, 1).permute({1, 2, 0});  // [nh, d, L]
       Tensor v = qkv5[b].select(1, 2).permute({1, 0, 2});    // [nh, L, d]
       Tensor scores = buf_scores.get({nh, seq, seq}, torch::kFloat32);
-      scores.copy_(at::matmul(q, k_t));
+      scores.copy_(model::matmul(q, k_t));
       if (!scale_folded) scores.div_(std::sqrt(static_cast<double>(d)));
       scores.add_(mask_add[b].view({1, 1, seq}));
       at::_softmax_out(scores, scores, -1, false);
-      Tensor c = at::matmul(scores.to(st), v);  // [nh, L, d]
+      Tensor c = model::matmul(scores.to(st), v);  // [nh, L, d]
       ctx.narrow(0, b * seq, seq).view({seq, nh, d}).copy_(c.permute({1, 0, 2}));
     }
   }
