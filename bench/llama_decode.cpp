@@ -42,7 +42,8 @@
 // (ops/f32_rows) and oneDNN's matmul: fp32 decode tokens/s at batch 1 .. ops::kF32RowsMax with every
 // product of that many rows on the kernel and with none on it (ops::set_f32_rows_limit), the two
 // taking turns (3 rounds, best of each), and the batch sizes where the kernel is faster. Variant
-// int8-rows: the same for the INT8 row kernel (ops/int8_rows), on the int8-lm_head8 model; fp8-rows for
+// int8-rows: the same for the INT8 row kernel (ops/int8_rows), on the int8-lm_head8 model, against
+// the integer GEMM (oneDNN's matmul with VNNI, the exact AVX2 GEMM without); fp8-rows for
 // the FP8 one (ops/fp8_rows) against the layer's float32 tiles + sgemm, on the fp8 model.
 // With EVALRUN_DATA_DIR set it also times stories260K (200 new tokens after "Once upon a time").
 #include <ATen/Parallel.h>
@@ -448,7 +449,9 @@ int main(int argc, char** argv) {
     auto model = evalrun::LlamaModel::load({dir, evalrun::DType::fp32, evalrun::Device::cpu});
     quantize_int8(*model);
     model->quantize_lm_head_int8();
-    rows_crossover(*model, "int8 (INT8 lm_head)", "oneDNN matmul", evalrun::ops::kInt8RowsMax, evalrun::ops::kInt8RowsMax,
+    // The GEMM: oneDNN's matmul where its integer kernels are exact (VNNI), else the exact AVX2 one.
+    const char* gemm = evalrun::ops::have_onednn_igemm() ? "oneDNN matmul" : "exact AVX2 GEMM";
+    rows_crossover(*model, "int8 (INT8 lm_head)", gemm, evalrun::ops::kInt8RowsMax, evalrun::ops::kInt8RowsMax,
                    evalrun::ops::set_int8_rows_limit, prompt, steps);
   }
   if (wanted("fp8-rows")) {

@@ -1,5 +1,6 @@
 // Decode-step integer products of INT8 W8A8 layers: a few rows of 8-bit activations times signed 8-bit
-// weights stored [out, in], each weight row streamed once with AVX512-VNNI (vpdpbusd), int32 sums.
+// weights stored [out, in], each weight row streamed once with AVX512-VNNI (vpdpbusd), or on CPUs
+// without it with AVX2 (weights sign-extended to 16 bits, vpmaddwd), int32 sums, exact either way.
 // oneDNN's matmul primitive serves many rows; for a decode step's one to four rows this kernel reads
 // the weights at memory speed (llama_decode_bench variants int8 / int8-lm_head8 measure it).
 #pragma once
@@ -11,7 +12,8 @@ namespace evalrun::ops {
 // Rows one call takes (more go to the GEMM).
 constexpr std::int64_t kInt8RowsMax = 4;
 
-// True when the CPU has AVX512-VNNI (and BW), else callers use the GEMM.
+// True when the CPU has AVX512-VNNI or AVX2 (ops::kernel_isa() not the baseline), else callers use
+// the GEMM.
 bool have_int8_rows_kernel();
 
 // The most rows Int8Linear gives the kernel: kInt8RowsMax unless set (clamped to 0 .. kInt8RowsMax;
@@ -25,7 +27,8 @@ void int8_row_sums(const std::int8_t* w, std::int64_t n, std::int64_t k, std::in
 // c[r, j] = sum_p (a[r, p] - zero) w[j, p], exactly, for r < m <= kInt8RowsMax. a rows of k bytes
 // (stride lda): signed 8-bit values (a_signed, zero must be 0) or unsigned ones with a zero point; w
 // [n, k] row-major; colsum from int8_row_sums; c rows of n int32 (stride ldc). vpdpbusd multiplies
-// unsigned by signed bytes, so signed activations are offset by 128 and 128 colsum[j] taken back off.
+// unsigned by signed bytes, so signed activations are offset by 128 and 128 colsum[j] taken back off
+// (the AVX2 version takes the zero point off the activations instead and does not read colsum).
 // Split over the threads by output columns; the result is exact, so it equals the GEMM's.
 void int8_rows(const void* a, bool a_signed, std::int32_t zero, std::int64_t m, std::int64_t lda, const std::int8_t* w,
                const std::int32_t* colsum, std::int64_t n, std::int64_t k, std::int32_t* c, std::int64_t ldc);

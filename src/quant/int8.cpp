@@ -292,7 +292,7 @@ void Int8Linear::forward_rows(const float* x, std::int64_t M, std::int64_t ldx, 
   }
 
   if (M <= ops::int8_rows_limit() && ops::have_int8_rows_kernel()) {
-    // A decode step: the VNNI row kernel streams the [out, in] weights once (exact, as the GEMM).
+    // A decode step: the row kernel (VNNI or AVX2) streams the [out, in] weights once (exact, as the GEMM).
     ops::int8_rows(a, act_.mode != Int8Activations::per_tensor_asymm, act_.zero_point, M, K, weight_.data(),
                    row_sums_.data(), N, K, acc, N);
   } else {

@@ -1,5 +1,7 @@
-// The INT8 decode-step kernel against the exact integer product: signed activations and unsigned ones
-// with a zero point, 1-4 rows, row strides, tails of every length class.
+// The INT8 decode-step kernel (every version this CPU runs, on two threads) against the exact integer
+// product: signed activations and unsigned ones with a zero point, 1-4 rows, row strides, tails of
+// every length class of both versions' steps (128 and 32 bytes).
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -7,22 +9,40 @@
 #include <vector>
 
 #include "ops/int8_rows.hpp"
+#include "ops/isa.hpp"
 
 namespace {
 
+void expect_exact_products();
+
 TEST(Int8Rows, EqualsTheExactProduct) {
-  if (!evalrun::ops::have_int8_rows_kernel()) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
+  if (!evalrun::ops::have_int8_rows_kernel()) GTEST_SKIP() << "this CPU has neither AVX512-VNNI nor AVX2";
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);
+  for (const evalrun::ops::Isa isa : evalrun::ops::isas_of_this_cpu()) {
+    if (isa == evalrun::ops::Isa::baseline) continue;  // no kernel: Int8Linear takes the GEMM
+    const evalrun::ops::ScopedIsaCap cap(isa);
+    SCOPED_TRACE(evalrun::ops::to_string(isa));
+    expect_exact_products();
+  }
+  at::set_num_threads(threads);
+  EXPECT_THROW(evalrun::ops::int8_rows(nullptr, true, 1, 1, 1, nullptr, nullptr, 1, 1, nullptr, 1), std::invalid_argument);
+}
+
+void expect_exact_products() {
   std::mt19937 gen(11);
   std::uniform_int_distribution<int> byte(-128, 127), ubyte(0, 255);
-  for (const std::int64_t k : {1, 63, 64, 65, 127, 128, 129, 200, 768, 770}) {
+  for (const std::int64_t k : {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 200, 768, 770}) {
     for (const bool a_signed : {true, false}) {
-      const std::int64_t n = 70, lda = k + 5, ldc = n + 3;
+      // 700 rows of 768 or more: several blocks of 64 columns a thread, so both threads run.
+      const std::int64_t n = k >= 768 ? 700 : 70, lda = k + 5, ldc = n + 3;
       const std::int32_t zero = a_signed ? 0 : 131;
       std::vector<std::int8_t> w(static_cast<std::size_t>(n * k));
       for (auto& v : w) v = static_cast<std::int8_t>(byte(gen));
       w[0] = -128;  // the extremes multiply too
       std::vector<std::uint8_t> a(static_cast<std::size_t>(evalrun::ops::kInt8RowsMax * lda));
       for (auto& v : a) v = static_cast<std::uint8_t>(a_signed ? static_cast<std::uint8_t>(byte(gen)) : ubyte(gen));
+      a[0] = a_signed ? 0x80 : 0;  // -128, and the largest |a - zero| of unsigned ones
       std::vector<std::int32_t> sums(static_cast<std::size_t>(n));
       evalrun::ops::int8_row_sums(w.data(), n, k, sums.data());
       for (std::int64_t m = 1; m <= evalrun::ops::kInt8RowsMax; ++m) {
@@ -43,7 +63,6 @@ TEST(Int8Rows, EqualsTheExactProduct) {
       }
     }
   }
-  EXPECT_THROW(evalrun::ops::int8_rows(nullptr, true, 1, 1, 1, nullptr, nullptr, 1, 1, nullptr, 1), std::invalid_argument);
 }
 
 TEST(Int8Rows, LimitIsClamped) {
