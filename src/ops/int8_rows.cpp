@@ -121,6 +121,7 @@ void set_int8_rows_limit(std::int64_t rows) { g_limit = std::clamp<std::int64_t>
 std::int64_t int8_rows_limit() { return g_limit.load(); }
 
 bool have_int8_rows_kernel() { return kernel_isa() != Isa::baseline; }
+bool int8_rows_need_row_sums() { return kernel_isa() == Isa::avx512 && cpu_has_vnni(); }
 
 void int8_row_sums(const std::int8_t* w, std::int64_t n, std::int64_t k, std::int32_t* colsum) {
   for (std::int64_t j = 0; j < n; ++j) {
@@ -136,7 +137,7 @@ void int8_rows(const void* a, bool a_signed, std::int32_t zero, std::int64_t m, 
   if (a_signed && zero != 0) throw std::invalid_argument("int8_rows: signed activations have no zero point");
   const Isa isa = kernel_isa();
   if (isa == Isa::baseline) throw std::logic_error("int8_rows: this CPU has neither AVX512-VNNI nor AVX2");
-  if (isa == Isa::avx512 && cpu_has_vnni()) {
+  if (int8_rows_need_row_sums()) {
     const Columns run = kColumnsVnni[m - 1];
     const std::uint8_t flip = a_signed ? 0x80 : 0x00;
     const std::int32_t off = a_signed ? 128 : zero;

@@ -21,7 +21,9 @@ bool have_int8_rows_kernel();
 void set_int8_rows_limit(std::int64_t rows);
 std::int64_t int8_rows_limit();
 
-// Sums over each weight row, colsum[j] = sum_p w[j, p], which the kernel needs (computed once per layer).
+// Sums over each weight row, colsum[j] = sum_p w[j, p], which the VNNI kernel needs (computed once per
+// layer), and whether the version this CPU runs reads them.
+bool int8_rows_need_row_sums();
 void int8_row_sums(const std::int8_t* w, std::int64_t n, std::int64_t k, std::int32_t* colsum);
 
 // c[r, j] = sum_p (a[r, p] - zero) w[j, p], exactly, for r < m <= kInt8RowsMax. a rows of k bytes
