@@ -72,18 +72,14 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void columns_avx512(const
 // later passes find the weight row in L1). A row sums in the same order in any pass.
 struct Bf16Loader {
   const std::uint16_t* row;
-  std::uint16_t last[32];  // filled only when the row ends in a partial step (tail() is read only then)
-  Bf16Loader(const std::uint16_t* r, const avx2_rows::Tail& end, std::int64_t k) : row(r) {
-    if (!end.partial) return;
-    std::memset(last, 0, sizeof last);
-    std::memcpy(last, r + end.full, static_cast<std::size_t>(k - end.full) * sizeof(std::uint16_t));
-  }
+  avx2_rows::LastStep<std::uint16_t> last;
+  Bf16Loader(const std::uint16_t* r, const avx2_rows::Tail& end, std::int64_t k) : row(r), last(r, end, k) {}
   EVALRUN_AVX2_ROWS_TARGET static __m256 widen(const std::uint16_t* p) {
     const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
   }
   EVALRUN_AVX2_ROWS_TARGET __m256 at(std::int64_t p) const { return widen(row + p); }
-  EVALRUN_AVX2_ROWS_TARGET __m256 tail(int t) const { return widen(last + 8 * t); }
+  EVALRUN_AVX2_ROWS_TARGET __m256 tail(int t) const { return widen(last.codes + 8 * t); }
 };
 
 template <int M, class Loader>

@@ -92,14 +92,10 @@ EVALRUN_AVX2_ROWS_TARGET inline __m256 decode8_avx2(const std::uint8_t* codes) {
 
 struct Fp8Loader {
   const std::uint8_t* row;
-  std::uint8_t last[32];  // filled only when the row ends in a partial step (tail() is read only then)
-  Fp8Loader(const std::uint8_t* r, const avx2_rows::Tail& end, std::int64_t k) : row(r) {
-    if (!end.partial) return;
-    std::memset(last, 0, sizeof last);
-    std::memcpy(last, r + end.full, static_cast<std::size_t>(k - end.full));
-  }
+  avx2_rows::LastStep<std::uint8_t> last;
+  Fp8Loader(const std::uint8_t* r, const avx2_rows::Tail& end, std::int64_t k) : row(r), last(r, end, k) {}
   EVALRUN_AVX2_ROWS_TARGET __m256 at(std::int64_t p) const { return decode8_avx2(row + p); }
-  EVALRUN_AVX2_ROWS_TARGET __m256 tail(int t) const { return decode8_avx2(last + 8 * t); }
+  EVALRUN_AVX2_ROWS_TARGET __m256 tail(int t) const { return decode8_avx2(last.codes + 8 * t); }
 };
 
 template <int M>

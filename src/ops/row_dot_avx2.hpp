@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #define EVALRUN_AVX2_ROWS_TARGET __attribute__((target("avx2,fma,f16c")))
 
@@ -30,6 +31,18 @@ struct Tail {
       const std::int64_t left = std::clamp<std::int64_t>(k - full - 8 * t, 0, 8);
       mask[t] = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(left)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     }
+  }
+};
+
+// A weight row's last, partial step of raw codes (bfloat16, FP8), zero-padded to a whole step, for a
+// loader's tail(): filled only when the row ends in one (tail() is read only then).
+template <class Code>
+struct LastStep {
+  Code codes[32];
+  LastStep(const Code* row, const Tail& end, std::int64_t k) {
+    if (!end.partial) return;
+    std::memset(codes, 0, sizeof codes);
+    std::memcpy(codes, row + end.full, static_cast<std::size_t>(k - end.full) * sizeof(Code));
   }
 };
 
