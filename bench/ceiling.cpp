@@ -7,9 +7,11 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <vector>
 
 #include "model/loader_util.hpp"
 #include "ops/bf16_rows.hpp"
+#include "ops/gemm.hpp"
 
 #ifdef EVALRUN_HAVE_ONEDNN_MATMUL
 #include <dnnl.hpp>
@@ -95,9 +97,22 @@ LayerCeilings measure_layer_ceilings(std::int64_t M, std::int64_t H, std::int64_
     using dt = dnnl::memory::data_type;
     add("fp32", "oneDNN matmul", onednn_matmul(dt::f32, dt::f32, M, s.k, s.n, reps));
     if (native_bf16) add("bf16", "oneDNN matmul", onednn_matmul(dt::bf16, dt::bf16, M, s.k, s.n, reps));
-    add("int8", "oneDNN matmul s8s8s32", onednn_matmul(dt::s8, dt::s32, M, s.k, s.n, reps));
-    add("int8", "oneDNN matmul u8s8s32", onednn_matmul(dt::u8, dt::s32, M, s.k, s.n, reps));
+    // Without VNNI oneDNN's integer kernels saturate (ops/gemm.hpp): not a primitive an exact INT8 run
+    // can use, so there the exact GEMM below is the ceiling.
+    if (ops::have_onednn_igemm()) {
+      add("int8", "oneDNN matmul s8s8s32", onednn_matmul(dt::s8, dt::s32, M, s.k, s.n, reps));
+      add("int8", "oneDNN matmul u8s8s32", onednn_matmul(dt::u8, dt::s32, M, s.k, s.n, reps));
+    }
 #endif
+    if (!ops::have_onednn_igemm()) {
+      std::vector<std::uint8_t> a8(static_cast<std::size_t>(M * s.k), 0x11);
+      std::vector<std::int8_t> b8(static_cast<std::size_t>(s.n * s.k), 0x11);
+      std::vector<std::int32_t> c32(static_cast<std::size_t>(M * s.n));
+      add("int8", "model GEMM (exact)", {"", ops::igemm_implementation(), 0, 0, best_seconds([&] {
+                                           ops::gemm_u8s8s32('T', M, s.n, s.k, a8.data(), s.k, 128, b8.data(), s.k,
+                                                             c32.data(), s.n);
+                                         }, reps)});
+    }
     for (const auto& [precision, seconds] : fastest) fastest_sum[precision] += seconds;
   }
   auto rate = [&](const char* precision) {

@@ -4,7 +4,8 @@
 //   fp32: the model's own GEMM (oneDNN sgemm), at::linear and oneDNN's matmul primitive;
 //   bf16: the model's own GEMM (float32 tiles on CPUs without AVX512-BF16), and where the CPU has
 //         AVX512-BF16 at::linear and oneDNN's matmul primitive (bf16 in, bf16 out, f32 accumulation);
-//   int8: oneDNN's matmul primitive, s8 x s8 -> s32 (VNNI / AMX where the CPU has them).
+//   int8: oneDNN's matmul primitive, s8 x s8 -> s32 (VNNI / AMX where the CPU has them); without VNNI,
+//         where oneDNN's integer kernels saturate, the model's exact GEMM (ops::gemm_u8s8s32).
 // Weights of the matmul primitive are in the layout it asks for, reordered once (as the models hold
 // them). The ceiling of a precision is the layer's operations over the sum of the fastest kernel's
 // time per shape.

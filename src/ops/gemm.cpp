@@ -452,6 +452,10 @@ void PackedS8Weights::multiply(std::int64_t m, const void* a, std::int64_t lda, 
 #endif
 
 std::string igemm_implementation() {
+  // Without VNNI the exact kernel runs every integer product (oneDNN's is never asked).
+  if (kCompiled && !onednn_int8_exact()) {
+    return "exact AVX2 kernel: int8 row kernel, row groups of 4 (oneDNN's int8 kernels saturate without VNNI)";
+  }
 #ifdef EVALRUN_HAVE_ONEDNN_MATMUL
   {
     Engine& e = matmul_engine();
@@ -460,7 +464,6 @@ std::string igemm_implementation() {
     if (!e.failed) return "oneDNN matmul (no product run yet)";
   }
 #endif
-  if (kCompiled && !onednn_int8_exact()) return "exact AVX2 kernel (oneDNN's int8 kernels saturate without VNNI)";
   return kCompiled ? "oneDNN dnnl_gemm_*" : "C++ loop";
 }
 
