@@ -42,6 +42,12 @@ std::vector<Isa> isas_of_this_cpu() {
   return out;
 }
 
+std::vector<Isa> vector_isas_of_this_cpu() {
+  std::vector<Isa> out = isas_of_this_cpu();
+  out.pop_back();  // the baseline
+  return out;
+}
+
 const char* to_string(Isa isa) {
   switch (isa) {
     case Isa::baseline: return "x86-64";

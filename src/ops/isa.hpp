@@ -18,6 +18,9 @@ void set_kernel_isa_cap(Isa cap);
 const char* to_string(Isa isa);
 // Every level this CPU runs, best first, the baseline last (tests run each kernel version on one CPU).
 std::vector<Isa> isas_of_this_cpu();
+// The same without the baseline: the versions of the row kernels, which have none for it (empty on a
+// CPU without AVX2).
+std::vector<Isa> vector_isas_of_this_cpu();
 
 // Caps kernel_isa() for its scope, then lifts the cap.
 class ScopedIsaCap {

@@ -74,8 +74,7 @@ class Bf16Rows : public ::testing::Test {
 
 TEST_F(Bf16Rows, MatchesTheExactProductWithinOneRoundingAndRowsAreIndependent) {
   if (!evalrun::ops::have_bf16_rows_kernel()) GTEST_SKIP() << "this CPU has neither AVX512-BF16 nor AVX2";
-  for (const evalrun::ops::Isa isa : evalrun::ops::isas_of_this_cpu()) {
-    if (isa == evalrun::ops::Isa::baseline) continue;  // no kernel: callers take a GEMM
+  for (const evalrun::ops::Isa isa : evalrun::ops::vector_isas_of_this_cpu()) {
     const evalrun::ops::ScopedIsaCap cap(isa);
     SCOPED_TRACE(evalrun::ops::to_string(isa));
     std::mt19937 gen(3);

@@ -52,8 +52,7 @@ void expect_product(const Problem& p, const std::vector<float>& y, float alpha, 
 
 TEST(F32Rows, MatchesTheProductAndRowsAreIndependent) {
   if (!evalrun::ops::have_f32_rows_kernel()) GTEST_SKIP() << "this CPU has neither AVX-512 nor AVX2";
-  for (const evalrun::ops::Isa isa : evalrun::ops::isas_of_this_cpu()) {
-    if (isa == evalrun::ops::Isa::baseline) continue;  // no kernel: linear_f32 takes a GEMM
+  for (const evalrun::ops::Isa isa : evalrun::ops::vector_isas_of_this_cpu()) {
     const evalrun::ops::ScopedIsaCap cap(isa);
     SCOPED_TRACE(evalrun::ops::to_string(isa));
     // k covers both kernels' tails (steps of 64 and 32 floats) and one, two and three partial vectors.

@@ -24,16 +24,9 @@ double e4m3_value(std::uint8_t code) {
 
 bool is_nan_code(std::uint8_t c) { return (c & 0x7F) == 0x7F; }
 
-// The instruction sets this CPU has a kernel for, best first.
-std::vector<evalrun::ops::Isa> kernel_isas() {
-  std::vector<evalrun::ops::Isa> out = evalrun::ops::isas_of_this_cpu();
-  out.pop_back();  // the baseline: no kernel
-  return out;
-}
-
 TEST(Fp8Rows, DecodesEveryCodeExactly) {
   if (!evalrun::ops::have_fp8_rows_kernel()) GTEST_SKIP() << "this CPU has neither AVX-512 nor AVX2";
-  for (const evalrun::ops::Isa isa : kernel_isas()) {
+  for (const evalrun::ops::Isa isa : evalrun::ops::vector_isas_of_this_cpu()) {
     const evalrun::ops::ScopedIsaCap cap(isa);
     SCOPED_TRACE(evalrun::ops::to_string(isa));
     std::vector<std::uint8_t> codes;
@@ -59,7 +52,7 @@ TEST(Fp8Rows, DecodesEveryCodeExactly) {
 
 TEST(Fp8Rows, MatchesTheProductAndRowsAreIndependent) {
   if (!evalrun::ops::have_fp8_rows_kernel()) GTEST_SKIP() << "this CPU has neither AVX-512 nor AVX2";
-  for (const evalrun::ops::Isa isa : kernel_isas()) {
+  for (const evalrun::ops::Isa isa : evalrun::ops::vector_isas_of_this_cpu()) {
     const evalrun::ops::ScopedIsaCap cap(isa);
     SCOPED_TRACE(evalrun::ops::to_string(isa));
     std::mt19937 gen(5);

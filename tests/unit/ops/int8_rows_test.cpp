@@ -19,8 +19,7 @@ TEST(Int8Rows, EqualsTheExactProduct) {
   if (!evalrun::ops::have_int8_rows_kernel()) GTEST_SKIP() << "this CPU has neither AVX512-VNNI nor AVX2";
   const int threads = at::get_num_threads();
   at::set_num_threads(2);
-  for (const evalrun::ops::Isa isa : evalrun::ops::isas_of_this_cpu()) {
-    if (isa == evalrun::ops::Isa::baseline) continue;  // no kernel: Int8Linear takes the GEMM
+  for (const evalrun::ops::Isa isa : evalrun::ops::vector_isas_of_this_cpu()) {
     const evalrun::ops::ScopedIsaCap cap(isa);
     SCOPED_TRACE(evalrun::ops::to_string(isa));
     expect_exact_products();
