@@ -5,7 +5,6 @@
 
 #include <torch/torch.h>
 
-#include <immintrin.h>
 
 #include <algorithm>
 #include <atomic>
@@ -90,31 +89,10 @@ bool onednn_int8_exact() {
   return exact;
 }
 
-// One output tile of the exact product with B as [N, K] rows: (a - a_zero) widened to int16 once,
-// each B row widened on the fly, pairs multiplied and summed in 32 bits (vpmaddwd): |a - zero| <= 255
-// and |b| <= 128, so nothing saturates.
-__attribute__((target("avx2"))) void exact_tile_avx2(const std::int16_t* a16, const std::int8_t* b, std::int64_t ldb,
-                                                     std::int64_t j0, std::int64_t j1, std::int64_t k, std::int32_t* c) {
-  for (std::int64_t j = j0; j < j1; ++j) {
-    const std::int8_t* br = b + j * ldb;
-    __m256i acc = _mm256_setzero_si256();
-    std::int64_t p = 0;
-    for (; p + 16 <= k; p += 16) {
-      const __m256i bv = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(br + p)));
-      const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a16 + p));
-      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(av, bv));
-    }
-    __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
-    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4e));
-    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xb1));
-    std::int32_t total = _mm_cvtsi128_si32(sum);
-    for (; p < k; ++p) total += static_cast<std::int32_t>(a16[p]) * br[p];
-    c[j] = total;
-  }
-}
-
-void exact_tile_scalar(const std::int16_t* a16, const std::int8_t* b, std::int64_t ldb, std::int64_t j0,
-                       std::int64_t j1, std::int64_t k, std::int32_t* c) {
+// One output tile of the exact product with B as [N, K] rows, for CPUs without AVX2 (no int8 row
+// kernel): (a - a_zero) widened to int16 once per row.
+void exact_tile(const std::int16_t* a16, const std::int8_t* b, std::int64_t ldb, std::int64_t j0, std::int64_t j1,
+                std::int64_t k, std::int32_t* c) {
   for (std::int64_t j = j0; j < j1; ++j) {
     std::int32_t total = 0;
     for (std::int64_t p = 0; p < k; ++p) total += static_cast<std::int32_t>(a16[p]) * b[j * ldb + p];
@@ -122,8 +100,10 @@ void exact_tile_scalar(const std::int16_t* a16, const std::int8_t* b, std::int64
   }
 }
 
-// Exact C[M,N] = (A - a_zero) * op(B): on the int8 row kernel where the CPU has one, else parallel over
-// (row, 64 columns) tiles so a decode step's single row still spreads over the threads.
+// Exact C[M,N] = (A - a_zero) * op(B): groups of up to kInt8RowsMax rows on the int8 row kernel, each
+// group streaming B once (1.7-2.6x one pass over B per row at 2-4 rows: llama_decode_bench int8-rows
+// on an AVX2 EPYC); without one (no AVX2), parallel over (row, 64 columns) tiles so a decode step's
+// single row still spreads over the threads.
 template <typename A>
 void exact_igemm(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const A* a, std::int64_t lda,
                  int a_zero, const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc) {
@@ -137,23 +117,19 @@ void exact_igemm(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, c
     b = bt.data();
     ldb = k;
   }
-  if (have_int8_rows_kernel() && ldb == k) {
-    // Groups of up to kInt8RowsMax rows on the int8 row kernel, each group streaming B once: 1.7-2.6x
-    // the tiles below at 2-4 rows (llama_decode_bench int8-rows on an AVX2 EPYC), which read B once
-    // per row.
+  if (have_int8_rows_kernel()) {
     std::vector<std::int32_t> sums;
     if (int8_rows_need_row_sums()) {
       sums.resize(static_cast<std::size_t>(n));
-      int8_row_sums(b, n, k, sums.data());
+      int8_row_sums(b, ldb, n, k, sums.data());
     }
     constexpr bool a_signed = std::is_same_v<A, std::int8_t>;
     for (std::int64_t i0 = 0; i0 < m; i0 += kInt8RowsMax) {
-      int8_rows(a + i0 * lda, a_signed, a_zero, std::min(kInt8RowsMax, m - i0), lda, b, sums.data(), n, k, c + i0 * ldc,
-                ldc);
+      int8_rows(a + i0 * lda, a_signed, a_zero, std::min(kInt8RowsMax, m - i0), lda, b, ldb, sums.data(), n, k,
+                c + i0 * ldc, ldc);
     }
     return;
   }
-  const bool avx2 = __builtin_cpu_supports("avx2");
   constexpr std::int64_t kTile = 64;
   const std::int64_t tiles = (n + kTile - 1) / kTile;
   at::parallel_for(0, m * tiles, 1, [&](std::int64_t t0, std::int64_t t1) {
@@ -166,7 +142,7 @@ void exact_igemm(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, c
         for (std::int64_t p = 0; p < k; ++p) a16[static_cast<std::size_t>(p)] = static_cast<std::int16_t>(a[i * lda + p] - a_zero);
         widened = i;
       }
-      (avx2 ? exact_tile_avx2 : exact_tile_scalar)(a16.data(), b, ldb, j0, j1, k, c + i * ldc);
+      exact_tile(a16.data(), b, ldb, j0, j1, k, c + i * ldc);
     }
   });
 }

@@ -21,18 +21,19 @@ bool have_int8_rows_kernel();
 void set_int8_rows_limit(std::int64_t rows);
 std::int64_t int8_rows_limit();
 
-// Sums over each weight row, colsum[j] = sum_p w[j, p], which the VNNI kernel needs (computed once per
-// layer), and whether the version this CPU runs reads them.
+// Sums over each weight row, colsum[j] = sum_p w[j, p] (rows of k weights, stride ldw), which the VNNI
+// kernel needs (computed once per layer), and whether the version this CPU runs reads them.
 bool int8_rows_need_row_sums();
-void int8_row_sums(const std::int8_t* w, std::int64_t n, std::int64_t k, std::int32_t* colsum);
+void int8_row_sums(const std::int8_t* w, std::int64_t ldw, std::int64_t n, std::int64_t k, std::int32_t* colsum);
 
 // c[r, j] = sum_p (a[r, p] - zero) w[j, p], exactly, for r < m <= kInt8RowsMax. a rows of k bytes
 // (stride lda): signed 8-bit values (a_signed, zero must be 0) or unsigned ones with a zero point; w
-// [n, k] row-major; colsum from int8_row_sums; c rows of n int32 (stride ldc). vpdpbusd multiplies
+// [n, k] row-major with rows ldw >= k apart; colsum from int8_row_sums; c rows of n int32 (stride ldc). vpdpbusd multiplies
 // unsigned by signed bytes, so signed activations are offset by 128 and 128 colsum[j] taken back off
 // (the AVX2 version takes the zero point off the activations instead and does not read colsum).
 // Split over the threads by output columns; the result is exact, so it equals the GEMM's.
 void int8_rows(const void* a, bool a_signed, std::int32_t zero, std::int64_t m, std::int64_t lda, const std::int8_t* w,
-               const std::int32_t* colsum, std::int64_t n, std::int64_t k, std::int32_t* c, std::int64_t ldc);
+               std::int64_t ldw, const std::int32_t* colsum, std::int64_t n, std::int64_t k, std::int32_t* c,
+               std::int64_t ldc);
 
 }  // namespace evalrun::ops

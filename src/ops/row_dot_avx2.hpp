@@ -1,5 +1,5 @@
-// The AVX2 half of the float32 and FP8 decode-step row kernels (internal to src/ops; f32_rows.cpp and
-// fp8_rows.cpp): M float32 input rows against one weight row, the weights given by the caller's
+// The AVX2 half of the float32, bfloat16 and FP8 decode-step row kernels (internal to src/ops:
+// f32_rows.cpp, bf16_rows.cpp, fp8_rows.cpp; int8_rows.cpp uses Tail and LastStep): M float32 input rows against one weight row, the weights given by the caller's
 // loader (float32 loads, or FP8 codes decoded in registers). Eight floats a vector and sixteen
 // registers: four accumulators per row (a step of 32 weights), so at most three rows fit beside the
 // weight vector and the input; four rows take two passes of two over the weight row, the second

@@ -214,7 +214,7 @@ void Int8Linear::forward(const float* x, std::int64_t M, std::int64_t ldx, float
                                                      act_.mode == Int8Activations::per_tensor_asymm);
     // The row kernel's weight-row sums, made here and not in forward_rows, which threads share.
     row_sums_.resize(static_cast<std::size_t>(out_features()));
-    ops::int8_row_sums(weight_.data(), out_features(), in_features(), row_sums_.data());
+    ops::int8_row_sums(weight_.data(), in_features(), out_features(), in_features(), row_sums_.data());
   }
   // Many rows: blocks of at most 256 rows, each quantized, multiplied and dequantized by one thread
   // while its input and int32 product stay in that core's cache. In a probe of oneDNN alone, one
@@ -293,7 +293,7 @@ void Int8Linear::forward_rows(const float* x, std::int64_t M, std::int64_t ldx, 
 
   if (M <= ops::int8_rows_limit() && ops::have_int8_rows_kernel()) {
     // A decode step: the row kernel (VNNI or AVX2) streams the [out, in] weights once (exact, as the GEMM).
-    ops::int8_rows(a, act_.mode != Int8Activations::per_tensor_asymm, act_.zero_point, M, K, weight_.data(),
+    ops::int8_rows(a, act_.mode != Int8Activations::per_tensor_asymm, act_.zero_point, M, K, weight_.data(), K,
                    row_sums_.data(), N, K, acc, N);
   } else {
     packed_->multiply(Mp, a, K, act_.zero_point, acc, N);
