@@ -529,28 +529,17 @@ struct LlamaModel::Impl : model::Weights {
     return torch::silu(g);
   }
 
-  // x W^T + b on the torch path. bfloat16 products go to ops/bf16_rows.hpp's routes: decode steps (at
-  // most ops::kBf16RowsMax rows) to its row kernel, which streams the weights at memory speed; more rows
-  // to oneDNN's native bfloat16 matmul (at::linear) where the CPU has AVX512-BF16, else to float32 tiles
-  // and the float32 GEMM (libtorch's bfloat16 GEMM is a scalar loop there). Every route accumulates in
-  // float32 and rounds once to bfloat16.
+  // x W^T + b on the torch path; bfloat16 products where model::linear_bf16 routes them (decode steps
+  // to the bf16 row kernel, more rows to float32 tiles on CPUs without AVX512-BF16).
   Tensor linear_t(const Tensor& x, const Tensor& w, const Tensor& b) const {
-    const std::int64_t M = x.size(0), K = x.size(1), N = w.size(0);
     const bool bf16 = x.scalar_type() == torch::kBFloat16 && w.scalar_type() == torch::kBFloat16 && w.is_contiguous() &&
                       (!b.defined() || (b.scalar_type() == torch::kBFloat16 && b.is_contiguous()));
-    const bool rows = M <= ops::kBf16RowsMax && ops::have_bf16_rows_kernel();
-    if (!bf16 || (!rows && ops::have_native_bf16_gemm())) return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
-    const Tensor xc = x.contiguous();
-    Tensor y = torch::empty({M, N}, x.options());
-    auto bits = [](const Tensor& t) { return reinterpret_cast<const std::uint16_t*>(t.data_ptr()); };
-    auto* out = reinterpret_cast<std::uint16_t*>(y.data_ptr());
-    const std::uint16_t* bias = b.defined() ? bits(b) : nullptr;
-    if (rows) {
-      ops::linear_bf16_rows(bits(xc), M, K, bits(w), bias, N, out);
-    } else {
-      ops::linear_bf16_tiles(bits(xc), M, K, bits(w), ops::Bf16Layout::out_in, bias, N, out);
+    if (bf16) {
+      const Tensor xc = x.contiguous();
+      Tensor y = torch::empty({x.size(0), w.size(0)}, x.options());
+      if (model::linear_bf16(y, xc, w, ops::Bf16Layout::out_in, b, 0.0f)) return y;
     }
-    return y;
+    return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
   }
   Tensor linear_t(const Tensor& x, const quant::LinearPtr& layer) const {
     return linear_t(x, weight_of(layer), bias_of(layer));

@@ -46,9 +46,7 @@ void matmul_into(torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& 
     ops::sgemm('N', 'N', m, n, k, 1.0f, x.data_ptr<float>(), k, w_t.data_ptr<float>(), n, beta, y.data_ptr<float>(), n);
     return;
   }
-  if (x.scalar_type() == torch::kBFloat16 && !ops::have_native_bf16_gemm()) {
-    auto bits = [](const torch::Tensor& t) { return reinterpret_cast<std::uint16_t*>(t.data_ptr()); };
-    ops::linear_bf16_tiles(bits(x), m, k, bits(w_t), ops::Bf16Layout::in_out, nullptr, n, bits(y), beta);
+  if (x.scalar_type() == torch::kBFloat16 && linear_bf16(y, x, w_t, ops::Bf16Layout::in_out, torch::Tensor(), beta)) {
     return;
   }
   if (beta == 0.0f) {
@@ -56,6 +54,22 @@ void matmul_into(torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& 
   } else {
     y.addmm_(x, w_t);
   }
+}
+
+bool linear_bf16(torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& w, ops::Bf16Layout layout,
+                 const torch::Tensor& bias, float beta) {
+  const std::int64_t m = x.size(0), k = x.size(1), n = y.size(1);
+  const bool rows = layout == ops::Bf16Layout::out_in && beta == 0.0f && m <= ops::kBf16RowsMax &&
+                    ops::have_bf16_rows_kernel();
+  if (!rows && ops::have_native_bf16_gemm()) return false;
+  auto bits = [](const torch::Tensor& t) { return reinterpret_cast<std::uint16_t*>(t.data_ptr()); };
+  const std::uint16_t* b = bias.defined() ? bits(bias) : nullptr;
+  if (rows) {
+    ops::linear_bf16_rows(bits(x), m, k, bits(w), b, n, bits(y));
+  } else {
+    ops::linear_bf16_tiles(bits(x), m, k, bits(w), layout, b, n, bits(y), beta);
+  }
+  return true;
 }
 
 torch::Tensor matmul(const torch::Tensor& a, const torch::Tensor& b) {

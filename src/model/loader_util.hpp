@@ -13,6 +13,7 @@
 
 #include "config/run_spec.hpp"
 #include "model/model.hpp"
+#include "ops/bf16_rows.hpp"
 #include "io/safetensors.hpp"
 #include "quant/linear.hpp"
 #include "quant/quant_config.hpp"
@@ -52,8 +53,18 @@ torch::Tensor read_tensor(const Checkpoint& ckpt, const std::string& name, const
 
 // y[M,N] = beta * y + x[M,K] @ w_t[K,N]. All three contiguous, same dtype; w_t is the
 // pre-transposed weight. beta is 0 or 1. Float32 goes to oneDNN's sgemm when available, bfloat16 to
-// float32 tiles on CPUs without AVX512-BF16 (ops/bf16_rows.hpp says why).
+// linear_bf16 (below).
 void matmul_into(torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& w_t, float beta);
+
+// The one place that routes a bfloat16 product y[M,N] = x[M,K] W (+ bias) (+ beta y), W stored [N,K]
+// (Bf16Layout::out_in) or [K,N] (in_out), all contiguous bfloat16 (bias may be undefined): decode steps
+// (at most ops::kBf16RowsMax rows of an out_in weight, beta 0) to ops/bf16_rows.hpp's row kernel, which
+// streams the weights at memory speed; more rows to float32 tiles and the float32 GEMM where the CPU
+// lacks AVX512-BF16 (libtorch's bfloat16 GEMM is a scalar loop there). Returns false, computing
+// nothing, where the CPU's native bfloat16 GEMM serves the product better (the caller's at::linear /
+// at::mm). Every route accumulates in float32 and rounds once to bfloat16.
+bool linear_bf16(torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& w, ops::Bf16Layout layout,
+                 const torch::Tensor& bias, float beta);
 
 // at::matmul, except that bfloat16 operands are multiplied in float32 and the product rounded once to
 // bfloat16 on CPUs without AVX512-BF16, where libtorch's bfloat16 matmul is a scalar loop (the same

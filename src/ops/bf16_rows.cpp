@@ -150,7 +150,7 @@ void linear_bf16_rows(const std::uint16_t* x, std::int64_t m, std::int64_t k, co
   thread_local std::vector<float> x_buffer;
   x_buffer.resize(static_cast<std::size_t>(m * k));
   float* const xf = x_buffer.data();
-  for (std::int64_t i = 0; i < m * k; ++i) xf[i] = float_of(x[i]);
+  widen(x, m * k, xf);
   const ColumnsF run = kColumnsAvx2[m - 1];
   at::parallel_for(0, (n + 63) / 64, grain, [&](std::int64_t b0, std::int64_t b1) {
     run(xf, k, w, bias, n, b0 * 64, std::min(n, b1 * 64), y);
