@@ -2,9 +2,10 @@
 # Parallel result writes: a generate run with full step logits of a real-size vocabulary (tiny-llama
 # with --model-vocab 128256, as Llama 3) on 1, 2 and 4 ranks. Prints per rank count the file size,
 # the run's wall time, the time rank 0 spent on its part of the file (post-processing, the small
-# datasets) and the time every rank spent writing its own logits rows (parallel HDF5 over MPI-IO),
-# their share of the wall time, and rank 0's peak resident set against the largest of every rank's
-# (the file's peak_rss_bytes_rank0 / peak_rss_bytes_max).
+# datasets) and the longest any rank spent writing its own logits rows (during the run: every prompt
+# runs 64 tokens, so the rows are laid out before it, io/rank_rows.hpp), their share of the wall
+# time, and rank 0's peak resident set against the largest of every rank's (the file's
+# peak_rss_bytes_rank0 / peak_rss_bytes_max).
 #   BENCH_PROMPTS (120: ~3.9 GB of logits, 64 new tokens each)   BENCH_RANKS ("1 2 4")
 #   BENCH_DIR (a new /tmp dir): where the files go               EVALRUN_BIN: the binary
 set -euo pipefail

@@ -3,6 +3,8 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <set>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -14,6 +16,7 @@
 #include "common/logging.hpp"
 #include "device/backend.hpp"
 #include "dist/stall_watchdog.hpp"
+#include "io/text_file.hpp"
 #include "model/roberta.hpp"
 #include "resume/run_journal.hpp"
 
@@ -43,6 +46,38 @@ device::RankPlace rank_place(const MpiWorld& world) {
   return {world.rank(), world.size(), device::resolve_local_rank(device::process_env(), world.local_rank()),
           world.local_size()};
 }
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// rank 0, before any rank runs: the run's rows file in the journal directory with the row datasets of
+// `plan` laid out, or, resuming, the interrupted run's, which holds the rows of the items its journal
+// records (they carry none themselves).
+RowsLayout rows_file_before_run(const RunSpec& spec, const RunJournal& journal, const RowsPlan& plan) {
+  const std::string path = journal.rows_file();
+  if (journal.resuming() && !journal.finished().empty()) {
+    if (!fs::exists(path)) {
+      throw InputError(path, "the rows of the " + std::to_string(journal.finished().size()) +
+                                 " work items the interrupted run finished were written here, and the file is gone: "
+                                 "remove " + journal.dir() + " to run everything again");
+    }
+    std::set<std::string> datasets;
+    for (const auto& d : plan.datasets) datasets.insert(d.path);
+    H5Writer file = H5Writer::reopen(spec.output.path, path, datasets);
+    RowsLayout layout = RowsLayout::existing(file, plan);
+    file.close();
+    return layout;
+  }
+  H5Writer file(spec.output.path, path);
+  file.keep_on_failure();  // a failed run leaves it for --resume (the journal's records need it)
+  RowsLayout layout = RowsLayout::create(file, plan);
+  file.close();
+  sync_file(path, "the rows file of " + spec.output.path);  // the layout is on disk before any row
+  return layout;
+}
+
+}  // namespace
 
 int run_command(const MpiWorld& world, const RunSpec& spec, bool resume) {
   RunTimes times;
@@ -116,12 +151,20 @@ int run_command(const MpiWorld& world, const RunSpec& spec, bool resume) {
       times.load = seconds_since(t0);
     });
   }
+  // Before any rank finishes an item: the journal, and the row datasets when their sizes are known
+  // now (io/rank_rows.hpp: the ranks then write their rows as they finish them).
+  std::string rows_bytes;
   world.collective_step([&] {
-    if (world.is_root()) journal->start();  // before any rank finishes an item
+    if (!world.is_root()) return;
+    journal->start();
+    const RowsPlan plan = flow->plan_rows(spec);
+    if (!plan.empty()) rows_bytes = rows_file_before_run(spec, *journal, plan).to_bytes();
   });
   work.shared.clear();
   std::string run_id = world.is_root() ? journal->run_id() : std::string();
   world.broadcast(run_id);
+  world.broadcast(rows_bytes);
+  if (!rows_bytes.empty()) flow->set_rows_before_run(RowsLayout::from_bytes(rows_bytes));
 
   // 3. every rank runs its shard; the first rank of each group journals each finished batch and
   // returns the group's results (the other ranks of a group compute the same items); rank 0 gathers.
@@ -131,8 +174,14 @@ int run_command(const MpiWorld& world, const RunSpec& spec, bool resume) {
   std::string mine;
   world.collective_step([&] {
     auto t0 = Clock::now();
+    RankRows& rows = flow->rank_rows();
+    if (tp_rank != 0) {
+      rows.drop_all();  // the group's first rank writes what the group computed
+    } else if (!rows_bytes.empty()) {
+      rows.write_as_added(RowsLayout::from_bytes(rows_bytes));
+    }
     std::optional<JournalAppender> appender;
-    if (tp_rank == 0) appender.emplace(spec.output.path, run_id, world.rank());
+    if (tp_rank == 0) appender.emplace(spec.output.path, run_id, world.rank(), [&rows] { rows.sync(); });
     auto sink = [&](const FinishedItems& items) {
       if (appender) appender->add(items);
       watchdog.progress();
@@ -148,10 +197,8 @@ int run_command(const MpiWorld& world, const RunSpec& spec, bool resume) {
       world.abort(kExitFailed);
     }
     if (appender) appender->close();
-    if (tp_rank != 0) {  // the group's first rank returns and writes what the group computed
-      mine = no_results();
-      flow->rank_rows().clear();
-    }
+    rows.close();
+    if (tp_rank != 0) mine = no_results();  // the group's first rank returns what the group computed
     times.inference = seconds_since(t0);
     if (group) times.allreduce = group->allreduce_seconds();
     prov.peak_rss_bytes = peak_rss_bytes();
@@ -191,17 +238,19 @@ int run_command(const MpiWorld& world, const RunSpec& spec, bool resume) {
   const RowsLayout layout = RowsLayout::from_bytes(layout_bytes);
   if (!layout.empty()) {
     world.collective_step([&] {
-      const auto t0 = Clock::now();
-      flow->rank_rows().write(layout, world.size() > 1);
+      flow->rank_rows().write(layout);
       flow->rank_rows().clear();
-      rows_seconds = seconds_since(t0);
     });
+  }
+  // The longest any rank spent writing its rows (during the run, or after it).
+  for (const auto& s : world.gather(std::to_string(flow->rank_rows().write_seconds()))) {
+    rows_seconds = std::max(rows_seconds, std::stod(s));
   }
   world.collective_step([&] {
     if (!world.is_root()) return;
     if (out) out->commit();
-    log().info("wrote {}: rank 0's part in {:.2f} s, every rank's rows in {:.2f} s", spec.output.path, rank0_seconds,
-               rows_seconds);
+    log().info("wrote {}: rank 0's part in {:.2f} s, every rank's rows in {:.2f} s{}", spec.output.path, rank0_seconds,
+               rows_seconds, rows_bytes.empty() ? "" : " (during the run)");
     journal->remove();
   });
   return kExitOk;

@@ -110,6 +110,26 @@ std::string ResultRecords::take() {
   return out;
 }
 
+H5Writer TaskFlow::open_result(const RunSpec& spec) const {
+  if (rows_before_run_.empty()) return H5Writer(spec.output.path);
+  return H5Writer::reopen(spec.output.path, rows_before_run_.temp_path, rows_before_run_.paths());
+}
+
+void TaskFlow::lay_out_rows(RowsLayout& layout, H5Writer& out, const std::string& path, RowType type,
+                            std::int64_t cols, const std::vector<std::uint64_t>& rows_per_item) const {
+  const RowsLayout::Dataset* before = rows_before_run_.find(path);
+  if (before == nullptr) {
+    layout.create(out, path, type, cols, rows_per_item);
+    return;
+  }
+  // Laid out before the run from the planned counts: the run must have produced exactly those.
+  std::vector<std::uint64_t> first{0};
+  for (auto n : rows_per_item) first.push_back(first.back() + n);
+  if (first != before->first_row || cols != before->cols || type != before->type) {
+    throw std::logic_error(path + ": the run's rows differ from those laid out before it");
+  }
+}
+
 std::string records_buffer(const std::map<std::uint64_t, std::string>& records) {
   ResultRecords r(ItemSink{});
   for (const auto& [index, record] : records) r.add(index, record);

@@ -5,8 +5,10 @@
 //           group, null without) and checks its shard against it; run() runs the shard (the ranks
 //           of a tensor-parallel group get the same shard and run it together);
 //   rank 0: finish() gathers every rank's results, post-processes and writes the result file, laying
-//           out the vocabulary-wide datasets (io/rank_rows.hpp);
-//   every rank: writes its own rows of those (rank_rows(), kept by run()); rank 0 commits the file.
+//           out the vocabulary-wide datasets (io/rank_rows.hpp) unless plan_rows() let rank 0 lay
+//           them out before the run, in the rows file finish() then completes;
+//   every rank: writes its own rows of those (rank_rows(): as run() finishes them when laid out
+//           before the run, else after finish() what run() kept); rank 0 commits the file.
 // Shards and results travel as byte buffers (dist/serialize.hpp) so MPI knows nothing of tasks; the
 // rows of every logit stay on their rank.
 // Resuming (resume/run_journal.hpp): prepare() leaves out the items an interrupted run finished; run()
@@ -82,6 +84,11 @@ class TaskFlow {
   // and fit the item (its sizes); std::runtime_error saying what does not (run_journal.hpp names the
   // file and record).
   virtual void check_record(std::uint64_t index, const std::string& payload) const = 0;
+  // rank 0, after load(): the run's row datasets when every item's row count is known before the run
+  // (the ranks then write their rows as they finish them, io/rank_rows.hpp); empty otherwise.
+  virtual RowsPlan plan_rows(const RunSpec&) const { return {}; }
+  // Every rank, before run(): where plan_rows()'s datasets were laid out (finish() completes that file).
+  void set_rows_before_run(RowsLayout layout) { rows_before_run_ = std::move(layout); }
 
   // The device backend load() hands the model to (run_command sets it before load).
   void set_backend(std::shared_ptr<device::Backend> backend) { backend_ = std::move(backend); }
@@ -94,12 +101,19 @@ class TaskFlow {
   // `calibration`, the serialized CalibrationSet rank 0 sent every rank), the projections handed to
   // the device backend, and what the result file records of the model.
   void install_model(const RunSpec& spec, Model& model, const std::string& calibration, Provenance& provenance);
+  // finish(): the result file to write: the rows file laid out before the run, reopened, or a new one.
+  H5Writer open_result(const RunSpec& spec) const;
+  // finish(): lays out a row dataset in `out` after the run (RowsLayout::create), unless it was laid out
+  // before the run.
+  void lay_out_rows(RowsLayout& layout, H5Writer& out, const std::string& path, RowType type, std::int64_t cols,
+                    const std::vector<std::uint64_t>& rows_per_item) const;
 
  private:
   // Gives the model's projections to the device backend and records the precision it computes in.
   void put_on_device(Model& model, Provenance& provenance);
 
   std::shared_ptr<device::Backend> backend_;
+  RowsLayout rows_before_run_;
 
  protected:
   RankRows rows_;
@@ -179,16 +193,22 @@ class ResultRecords {
 };
 // The same layout for records finished by an interrupted run.
 std::string records_buffer(const std::map<std::uint64_t, std::string>& records);
-// For flows that keep rows on the rank (rank_rows()): each batch's finished records, whole, go to the
-// sink (the journal must hold the rows for a resumed run) and nowhere else; the flow builds its
-// buffer from the results once their rows are taken out (records_buffer_of).
-template <class Record>
-BatchDone<Record> journal_batches(const ItemSink& sink) {
-  return [&sink](const std::vector<Record>& results, const std::vector<std::size_t>& done) {
-    if (!sink) return;
+// For flows with rows (rank_rows()): each finished record's rows go to `rows` as its batch ends (`keep`
+// moves them out of the record), and the record to the sink (the journal): without its rows when they
+// were written into the file (synced before the journal), with them when the rank keeps them until
+// the end (a resumed run takes them from the journal). The flow builds its buffer from the results
+// (records_buffer_of), rows taken out.
+template <class Record, class Keep>
+BatchDone<Record> keep_and_journal(const ItemSink& sink, RankRows& rows, Keep keep) {
+  return [&sink, &rows, keep](std::vector<Record>& results, const std::vector<std::size_t>& done) {
     FinishedItems items;
-    for (std::size_t i : done) items.emplace_back(results[i].index, to_bytes(results[i]));
-    sink(items);
+    for (std::size_t i : done) {
+      Record& r = results[i];
+      if (sink && !rows.writes_as_added()) items.emplace_back(r.index, to_bytes(r));
+      keep(r);
+      if (sink && rows.writes_as_added()) items.emplace_back(r.index, to_bytes(r));
+    }
+    if (sink) sink(items);
   };
 }
 // The buffer of typed records that carry their `index`, in their order.

@@ -1,7 +1,6 @@
 #include "io/hdf5_file.hpp"
 
 #include <hdf5.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -217,7 +216,10 @@ std::vector<hsize_t> chunk_dims(const std::vector<hsize_t>& dims, std::size_t el
 
 }  // namespace
 
-H5Writer::H5Writer(const std::string& final_path) : final_path_(final_path) {
+H5Writer::H5Writer(const std::string& final_path)
+    : H5Writer(final_path, final_path + ".tmp." + std::to_string(::getpid())) {}
+
+H5Writer::H5Writer(const std::string& final_path, const std::string& temp_path) : final_path_(final_path) {
   silence_hdf5();
   const fs::path fp(final_path);
   if (fp.has_parent_path()) {
@@ -225,7 +227,7 @@ H5Writer::H5Writer(const std::string& final_path) : final_path_(final_path) {
     fs::create_directories(fp.parent_path(), ec);
     if (ec) throw InputError(final_path, "cannot create directory " + fp.parent_path().string() + ": " + ec.message());
   }
-  temp_path_ = final_path + ".tmp." + std::to_string(::getpid());
+  temp_path_ = temp_path;
   errno = 0;
   const hid_t f = H5Fcreate(temp_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (f < 0) {
@@ -248,11 +250,46 @@ H5Writer::H5Writer(H5Writer&& o) noexcept
     : final_path_(std::move(o.final_path_)),
       temp_path_(std::move(o.temp_path_)),
       file_(std::exchange(o.file_, -1)),
-      committed_(std::exchange(o.committed_, true)) {  // the moved-from writer removes nothing
+      committed_(std::exchange(o.committed_, true)),  // the moved-from writer removes nothing
+      keep_on_failure_(o.keep_on_failure_) {
   o.temp_path_.clear();
 }
 
+H5Writer H5Writer::reopen(const std::string& final_path, const std::string& temp_path, const std::set<std::string>& keep) {
+  silence_hdf5();
+  H5Writer w;
+  w.final_path_ = final_path;
+  w.temp_path_ = temp_path;
+  w.keep_on_failure_ = true;
+  errno = 0;
+  const hid_t f = H5Fopen(temp_path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  if (f < 0) {
+    if (is_storage_errno(errno)) throw WriteError(final_path, "the result file " + temp_path, h5_detail());
+    throw InputError(temp_path, "cannot open it to complete the result file " + final_path + ": " + h5_detail());
+  }
+  w.file_ = f;
+  std::vector<std::string> stale;  // datasets an earlier, failed completion wrote
+  H5Ovisit(
+      f, H5_INDEX_NAME, H5_ITER_NATIVE,
+      [](hid_t, const char* name, const H5O_info_t* info, void* data) -> herr_t {
+        if (info->type == H5O_TYPE_DATASET) static_cast<std::vector<std::string>*>(data)->push_back("/" + std::string(name));
+        return 0;
+      },
+      &stale);
+  for (const auto& path : stale) {
+    if (keep.count(path) == 0 && H5Ldelete(f, path.c_str(), H5P_DEFAULT) < 0) {
+      throw std::runtime_error(final_path + ": " + path + ": cannot remove what an earlier completion of " + temp_path +
+                               " left: " + h5_detail());
+    }
+  }
+  return w;
+}
+
 H5Writer::~H5Writer() {
+  if (keep_on_failure_) {
+    if (file_ >= 0 && H5Fclose(file_) < 0) g_close_failed = true;
+    return;
+  }
   if (file_ >= 0) {
     // Not committed (a write failed, or an exception passed): the file is thrown away. Freeing its
     // blocks first gives the close room to write its metadata on a full disk; a failed close is the
@@ -279,7 +316,7 @@ void require_open(std::int64_t file, const std::string& final_path) {
 }
 
 // Creates the dataset and writes `data`; `allocate_only`: its file space is allocated and left
-// unwritten instead, for H5RowWriter (parallel HDF5 writes only into allocated chunks).
+// unwritten instead, for the ranks' rows (create_rows).
 void write_dataset(hid_t file, const std::string& final_path, const std::string& path, const DatasetSpec& spec,
                    const void* data, std::size_t n, const std::vector<std::int64_t>& dims, std::int64_t row_chunk,
                    Storage storage, bool allocate_only = false) {
@@ -302,6 +339,19 @@ void write_dataset(hid_t file, const std::string& final_path, const std::string&
   if (!allocate_only && n > 0 && H5Dwrite(ds, spec.mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
     write_fail(final_path, path, "cannot write dataset");
 }
+
+}  // namespace
+
+std::size_t row_type_bytes(RowType type) {
+  switch (type) {
+    case RowType::f32: return 4;
+    case RowType::u16: return 2;
+    case RowType::i64: return 8;
+  }
+  throw std::logic_error("row_type_bytes: unknown RowType");
+}
+
+namespace {
 
 DatasetSpec row_type_spec(RowType type) {
   switch (type) {
@@ -345,14 +395,39 @@ void H5Writer::write_rows(const std::string& path, const std::vector<std::uint16
   write_dataset(file_, final_path_, path, {H5T_NATIVE_UINT16, H5T_STD_U16LE, 2}, data.data(), data.size(), dims,
                 row_chunk, Storage::raw_chunks);
 }
-void H5Writer::create_rows(const std::string& path, RowType type, std::int64_t rows, std::int64_t cols,
-                           std::int64_t row_chunk) {
+std::uint64_t H5Writer::create_rows(const std::string& path, RowType type, std::int64_t rows, std::int64_t cols) {
   require_open(file_, final_path_);
   if (rows < 0 || cols < 0) throw std::invalid_argument("H5Writer: negative dimension for " + path);
   const auto n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
-  write_dataset(file_, final_path_, path, row_type_spec(type), nullptr, n, {rows, cols}, row_chunk, Storage::raw_chunks,
+  write_dataset(file_, final_path_, path, row_type_spec(type), nullptr, n, {rows, cols}, 0, Storage::contiguous,
                 /*allocate_only=*/true);
+  if (n == 0) return 0;
+  const Id ds(H5Dopen2(file_, absolute_object(path).c_str(), H5P_DEFAULT), H5Dclose);
+  const haddr_t offset = ds.ok() ? H5Dget_offset(ds) : HADDR_UNDEF;
+  if (offset == HADDR_UNDEF) write_fail(final_path_, path, "no file space allocated for its rows");
+  return static_cast<std::uint64_t>(offset);
 }
+std::uint64_t H5Writer::rows_offset(const std::string& path, RowType type, std::int64_t rows, std::int64_t cols) const {
+  require_open(file_, final_path_);
+  const std::string where = temp_path_ + ": " + path;
+  if (!object_exists(file_, path)) throw InputError(where, "no such dataset (the rows file is not this run's)");
+  const Id ds(H5Dopen2(file_, absolute_object(path).c_str(), H5P_DEFAULT), H5Dclose);
+  if (!ds.ok()) throw InputError(where, "is not a readable dataset: " + h5_detail());
+  const Id space(H5Dget_space(ds), H5Sclose);
+  const Id ftype(H5Dget_type(ds), H5Tclose);
+  hsize_t dims[2] = {0, 0};
+  const bool shaped = H5Sget_simple_extent_ndims(space) == 2 && H5Sget_simple_extent_dims(space, dims, nullptr) == 2 &&
+                      dims[0] == static_cast<hsize_t>(rows) && dims[1] == static_cast<hsize_t>(cols);
+  if (!shaped || H5Tequal(ftype, row_type_spec(type).file_type) <= 0) {
+    throw InputError(where, "is not the [" + std::to_string(rows) + ", " + std::to_string(cols) +
+                                "] dataset this run lays out (the rows file is not this run's)");
+  }
+  if (rows == 0 || cols == 0) return 0;
+  const haddr_t offset = H5Dget_offset(ds);
+  if (offset == HADDR_UNDEF) throw InputError(where, "has no contiguous file space for its rows");
+  return static_cast<std::uint64_t>(offset);
+}
+
 void H5Writer::write(const std::string& path, const std::vector<double>& data, std::vector<std::int64_t> dims,
                      std::int64_t row_chunk) {
   require_open(file_, final_path_);
@@ -475,102 +550,6 @@ void H5Writer::commit() {
   fs::rename(temp_path_, final_path_, ec);
   if (ec) throw WriteError(final_path_, "the result file (renaming " + temp_path_ + " into place)", ec.message());
   committed_ = true;
-}
-
-// ---------------------------------------------------------------------------------------------------
-// H5RowWriter
-
-H5RowWriter::H5RowWriter(const std::string& temp_path, const std::string& final_path, bool parallel)
-    : final_path_(final_path), temp_path_(temp_path) {
-  silence_hdf5();
-  Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  if (parallel && H5Pset_fapl_mpio(fapl, MPI_COMM_WORLD, MPI_INFO_NULL) < 0)
-    throw WriteError(final_path_, "the result file " + temp_path_, "cannot use MPI-IO: " + h5_detail());
-  errno = 0;
-  const hid_t f = H5Fopen(temp_path_.c_str(), H5F_ACC_RDWR, fapl);
-  if (f < 0) {
-    throw WriteError(final_path_, "the result file " + temp_path_,
-                     "cannot open it on this rank (is the output directory on a file system every rank sees?): " +
-                         h5_detail());
-  }
-  file_ = f;
-}
-
-H5RowWriter::~H5RowWriter() {
-  close_dataset();
-  if (file_ >= 0 && H5Fclose(file_) < 0) g_close_failed = true;
-}
-
-void H5RowWriter::close_dataset() {
-  if (dataset_ >= 0) H5Dclose(dataset_);
-  dataset_ = -1;
-}
-
-void H5RowWriter::open(const std::string& dataset) {
-  close_dataset();
-  dataset_name_ = dataset;
-  const hid_t ds = H5Dopen2(file_, absolute_object(dataset).c_str(), H5P_DEFAULT);
-  if (ds < 0) throw WriteError(final_path_, dataset, "cannot open the dataset: " + h5_detail());
-  dataset_ = ds;
-  const Id space(H5Dget_space(ds), H5Sclose);
-  hsize_t dims[2] = {0, 0};
-  if (H5Sget_simple_extent_ndims(space) != 2 || H5Sget_simple_extent_dims(space, dims, nullptr) < 0)
-    throw WriteError(final_path_, dataset, "is not a 2-D dataset");
-  rows_ = static_cast<std::int64_t>(dims[0]);
-  cols_ = static_cast<std::int64_t>(dims[1]);
-}
-
-void H5RowWriter::write_raw(std::int64_t first_row, std::int64_t rows, std::int64_t mem_type, const void* data) {
-  if (dataset_ < 0) throw std::logic_error("H5RowWriter: write before open");
-  if (first_row < 0 || rows < 0 || first_row + rows > rows_) {
-    throw std::logic_error("H5RowWriter: rows " + std::to_string(first_row) + " + " + std::to_string(rows) +
-                           " outside " + dataset_name_ + " (" + std::to_string(rows_) + " rows)");
-  }
-  if (rows == 0 || cols_ == 0) return;
-  const Id file_space(H5Dget_space(dataset_), H5Sclose);
-  const hsize_t start[2] = {static_cast<hsize_t>(first_row), 0};
-  const hsize_t count[2] = {static_cast<hsize_t>(rows), static_cast<hsize_t>(cols_)};
-  const Id mem_space(H5Screate_simple(2, count, nullptr), H5Sclose);
-  errno = 0;
-  if (H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, nullptr, count, nullptr) < 0 ||
-      H5Dwrite(dataset_, mem_type, mem_space, file_space, H5P_DEFAULT, data) < 0) {
-    const int err = errno;
-    std::string reason = h5_detail();
-    // MPI-IO does not keep errno: a file system without room for these rows is said as such.
-    const std::size_t need = static_cast<std::size_t>(rows * cols_) * H5Tget_size(static_cast<hid_t>(mem_type));
-    struct statvfs st {};
-    const fs::path parent = fs::path(temp_path_).parent_path();
-    if (err != 0) {
-      reason = std::strerror(err) + (" (" + reason + ")");
-    } else if (::statvfs(parent.empty() ? "." : parent.c_str(), &st) == 0 &&
-               static_cast<std::size_t>(st.f_bavail) * st.f_frsize < need) {
-      reason = std::strerror(ENOSPC) + (": " + std::to_string(static_cast<std::size_t>(st.f_bavail) * st.f_frsize) +
-                                        " bytes free, these rows need " + std::to_string(need) + " (" + reason + ")");
-    }
-    throw WriteError(final_path_, dataset_name_ + " rows " + std::to_string(first_row) + " to " +
-                                     std::to_string(first_row + rows - 1),
-                     reason);
-  }
-}
-
-void H5RowWriter::write(std::int64_t first_row, std::int64_t rows, const float* data) {
-  write_raw(first_row, rows, H5T_NATIVE_FLOAT, data);
-}
-void H5RowWriter::write(std::int64_t first_row, std::int64_t rows, const std::uint16_t* data) {
-  write_raw(first_row, rows, H5T_NATIVE_UINT16, data);
-}
-void H5RowWriter::write(std::int64_t first_row, std::int64_t rows, const std::int64_t* data) {
-  write_raw(first_row, rows, H5T_NATIVE_INT64, data);
-}
-
-void H5RowWriter::close() {
-  close_dataset();
-  if (file_ < 0) return;
-  const hid_t f = std::exchange(file_, -1);
-  if (H5Fclose(f) < 0) {
-    g_close_failed = true;
-    throw WriteError(final_path_, "the result file " + temp_path_ + " (closing it after the ranks' rows)", h5_detail());
-  }
 }
 
 // ---------------------------------------------------------------------------------------------------

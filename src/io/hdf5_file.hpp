@@ -1,9 +1,10 @@
 // Thin RAII layer over the HDF5 C API for result files (writer) and reference files (reader).
-// Rank 0 writes a result file with the serial API; the rows of its vocabulary-wide datasets are then
-// written by every rank together (H5RowWriter, parallel HDF5 over MPI-IO: io/rank_rows.hpp).
+// Rank 0 writes a result file with the serial API; the rows of its vocabulary-wide datasets are
+// written by every rank into the space create_rows allocated for them (io/rank_rows.hpp).
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -15,14 +16,21 @@ namespace evalrun {
 // Every dataset may be chunked + deflate-compressed (level 4) when it has more than `kChunkMin`
 // elements (write_rows: chunked only); `row_chunk` sets how many leading-dimension rows go into one
 // chunk (0 = automatic).
-// The element types of datasets whose rows other processes write (create_rows, H5RowWriter).
+// The element types of datasets whose rows other processes write (create_rows).
 enum class RowType : std::uint8_t { f32, u16, i64 };
+std::size_t row_type_bytes(RowType type);
 
 class H5Writer {
  public:
   static constexpr std::int64_t kChunkMin = 4096;  // datasets with more elements are chunked + compressed
 
   explicit H5Writer(const std::string& final_path);
+  // The same with the temporary file at `temp_path` (a run's rows file, io/rank_rows.hpp).
+  H5Writer(const std::string& final_path, const std::string& temp_path);
+  // An existing uncommitted file (written and closed by a writer of the same paths) opened to be
+  // completed: every dataset in it but `keep` is removed first (what an earlier failed completion
+  // left), and it is kept, not removed, when this writer fails (keep_on_failure).
+  static H5Writer reopen(const std::string& final_path, const std::string& temp_path, const std::set<std::string>& keep);
   ~H5Writer();
   H5Writer(H5Writer&& other) noexcept;
   H5Writer(const H5Writer&) = delete;
@@ -40,10 +48,13 @@ class H5Writer {
                   std::int64_t row_chunk = 0);
   void write_rows(const std::string& path, const std::vector<std::uint16_t>& data, std::vector<std::int64_t> dims,
                   std::int64_t row_chunk = 0);
-  // A [rows, cols] dataset laid out as write_rows lays it out, its file space allocated now and left
-  // unwritten: H5RowWriter fills its rows after close().
-  void create_rows(const std::string& path, RowType type, std::int64_t rows, std::int64_t cols,
-                   std::int64_t row_chunk = 0);
+  // A contiguous [rows, cols] dataset, its file space allocated now and left unwritten, and the byte
+  // offset of that space in the file (0 when it is empty): other processes write its rows there
+  // (io/rank_rows.hpp), before or after close().
+  std::uint64_t create_rows(const std::string& path, RowType type, std::int64_t rows, std::int64_t cols);
+  // The same offset of such a dataset already in the file (reopen); InputError naming the file and
+  // dataset when it is missing or not a contiguous [rows, cols] dataset of `type`.
+  std::uint64_t rows_offset(const std::string& path, RowType type, std::int64_t rows, std::int64_t cols) const;
   void write(const std::string& path, const std::vector<double>& data, std::vector<std::int64_t> dims = {},
              std::int64_t row_chunk = 0);
   void write(const std::string& path, const std::vector<std::int64_t>& data, std::vector<std::int64_t> dims = {},
@@ -69,43 +80,20 @@ class H5Writer {
 
   const std::string& final_path() const { return final_path_; }
   const std::string& temp_path() const { return temp_path_; }
-  // Flushes and closes the temporary file, keeping it (not yet committed) for H5RowWriter.
+  // Flushes and closes the temporary file, keeping it (not yet committed) for the ranks' rows.
   void close();
   void commit();  // close() unless closed, then rename over final_path
+  // Not committed, this writer's temporary file stays where it is (a run's rows file, which a resumed
+  // run completes) instead of being removed.
+  void keep_on_failure() { keep_on_failure_ = true; }
 
  private:
+  H5Writer() = default;
   std::string final_path_;
   std::string temp_path_;
   std::int64_t file_ = -1;
   bool committed_ = false;
-};
-
-// Writes rows into the datasets of a closed, uncommitted H5Writer file (create_rows), each process
-// its own rows. `parallel`: every rank of MPI_COMM_WORLD constructs it together and opens the same
-// datasets in the same order (parallel HDF5 over MPI-IO; opening and closing the file are collective,
-// the row writes independent); otherwise the serial API. Errors are WriteErrors naming final_path.
-class H5RowWriter {
- public:
-  H5RowWriter(const std::string& temp_path, const std::string& final_path, bool parallel);
-  ~H5RowWriter();  // closes what is open, reporting nothing
-  H5RowWriter(const H5RowWriter&) = delete;
-  H5RowWriter& operator=(const H5RowWriter&) = delete;
-
-  void open(const std::string& dataset);  // where the next writes go (the previous one is closed)
-  std::int64_t rows() const { return rows_; }
-  std::int64_t cols() const { return cols_; }
-  // `rows` whole rows from `first_row` on; data holds rows * cols() values.
-  void write(std::int64_t first_row, std::int64_t rows, const float* data);
-  void write(std::int64_t first_row, std::int64_t rows, const std::uint16_t* data);
-  void write(std::int64_t first_row, std::int64_t rows, const std::int64_t* data);
-  void close();  // the file, completed (collective when parallel)
-
- private:
-  void write_raw(std::int64_t first_row, std::int64_t rows, std::int64_t mem_type, const void* data);
-  void close_dataset();
-  std::string final_path_, temp_path_, dataset_name_;
-  std::int64_t file_ = -1, dataset_ = -1;
-  std::int64_t rows_ = 0, cols_ = 0;
+  bool keep_on_failure_ = false;
 };
 
 // Closes every HDF5 object still open and shuts the library down (H5close). MPI programs call it

@@ -56,10 +56,10 @@ void LogProbRows16::append(const LogProbRows16& o) {
   token_log_prob.insert(token_log_prob.end(), o.token_log_prob.begin(), o.token_log_prob.end());
 }
 
-bool LogProbRows16::consistent(std::int64_t vocab) const {
+bool LogProbRows16::consistent(std::int64_t vocab, bool with_values) const {
   const std::size_t n = rows();
   return min_log_prob.size() == n && top_id.size() == n && token_log_prob.size() == n && vocab >= 0 &&
-         values.size() == n * static_cast<std::size_t>(vocab);
+         values.size() == (with_values ? n * static_cast<std::size_t>(vocab) : 0);
 }
 
 void LogProbRows16::write(H5Writer& out) const {

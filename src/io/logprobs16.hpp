@@ -38,8 +38,10 @@ struct LogProbRows16 {
   // Quantizes one row of `vocab` logits; `token` is the row's fed or scored id.
   void append(const float* logits, std::int64_t vocab, std::int64_t token);
   void append(const LogProbRows16& other);  // its rows after these
-  // Sizes agree with `vocab` (a record read back from a journal or another rank).
-  bool consistent(std::int64_t vocab) const;
+  // Sizes agree with `vocab` (a record read back from a journal or another rank): every per-row
+  // array has rows() entries, and `values` rows() rows of `vocab` (with_values) or none (a journaled
+  // record whose values the rank wrote into the result file during the run).
+  bool consistent(std::int64_t vocab, bool with_values = true) const;
   // The record part ranks send rank 0 and journal (dist/serialize.hpp).
   void put(ByteWriter& w) const {
     w.put_vector(values);

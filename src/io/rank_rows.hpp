@@ -1,13 +1,21 @@
 // The rows of a result file's per-token datasets (every logit of a generated token, a scored token
-// or a mask, their 16-bit log-probabilities, their top-k values and ids) stay on the rank that
-// computed them, so that rank 0 never holds more than its own share: rank 0 writes the file's small
-// parts, lays these datasets out in it (RowsLayout::create) and closes it; then every rank writes its
-// own rows where the layout puts them (RankRows::write: parallel HDF5 over MPI-IO), and rank 0 renames
-// the file into place. Rows a run took from an interrupted run's journal are rank 0's to write.
+// or a mask, their 16-bit log-probabilities, their top-k values and ids) never travel to rank 0: each
+// rank writes its own rows into the file, at the place rank 0 allocated for them (RowsLayout::create:
+// contiguous datasets, H5Writer::create_rows), with positioned writes into the closed file. When:
+//  - during the run, when every item's row count is known before it (perplexity windows, MLM masks,
+//    generation without early termination): rank 0 lays the datasets out in the run's rows file (in
+//    the journal directory) before any rank runs; each rank writes an item's rows as its batch ends
+//    (write_as_added), so no rank holds any, and syncs them before its journal records the item, whose
+//    record then carries no rows: a resumed run completes the same file. Rank 0 then adds the file's
+//    other parts to it (H5Writer::reopen) and renames it into place;
+//  - after the run, otherwise (a generated text's length is known when it ends): each rank keeps its
+//    rows (its journal records carry them too), rank 0 writes the file's other parts and lays the rows
+//    out, and every rank writes what it kept (write). Rows taken from a journal are rank 0's to write.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -15,36 +23,75 @@
 
 namespace evalrun {
 
+// The row datasets of a run whose every item's row count is known before it runs: for each, its
+// element type, columns and rows per item (TaskFlow::plan_rows).
+struct RowsPlan {
+  struct Dataset {
+    std::string path;
+    RowType type = RowType::f32;
+    std::int64_t cols = 0;
+    std::vector<std::uint64_t> rows_per_item;
+  };
+  std::vector<Dataset> datasets;
+  bool empty() const { return datasets.empty(); }
+};
+
 // Where each work item's rows lie, broadcast from rank 0 to every rank.
 struct RowsLayout {
   struct Dataset {
     std::string path;
+    RowType type = RowType::f32;
+    std::int64_t cols = 0;
+    std::uint64_t offset = 0;              // of row 0, in bytes from the start of the file
     std::vector<std::uint64_t> first_row;  // item i: rows [first_row[i], first_row[i + 1])
   };
-  std::string temp_path, final_path;  // the closed, uncommitted file (H5Writer::close)
+  std::string temp_path, final_path;  // the file the rows go into, and where it is committed
   std::vector<Dataset> datasets;
 
   // rank 0: creates `path` in `out`, rows_per_item[i] rows of `cols` for item i, in item order.
   void create(H5Writer& out, const std::string& path, RowType type, std::int64_t cols,
               const std::vector<std::uint64_t>& rows_per_item);
+  // rank 0: every dataset of `plan` created in `out` ...
+  static RowsLayout create(H5Writer& out, const RowsPlan& plan);
+  // ... or found there as create() left them (a resumed run's rows file); InputError naming the
+  // file and dataset when one is not.
+  static RowsLayout existing(H5Writer& out, const RowsPlan& plan);
   bool empty() const { return datasets.empty(); }
+  const Dataset* find(const std::string& path) const;
+  std::set<std::string> paths() const;
   std::string to_bytes() const;
   static RowsLayout from_bytes(const std::string& bytes);
 };
 
 class RankRows {
  public:
+  RankRows() = default;
+  ~RankRows();
+  RankRows(const RankRows&) = delete;
+  RankRows& operator=(const RankRows&) = delete;
+
+  // From here on add() writes each item's rows into the file of `layout` at once and keeps nothing.
+  void write_as_added(const RowsLayout& layout);
+  bool writes_as_added() const { return fd_ >= 0; }
+  // From here on add() neither keeps nor writes (a tensor-parallel group's other ranks: the first
+  // rank of the group writes the group's rows).
+  void drop_all() { drop_ = true; }
+
   // Item `item`'s rows of `dataset`, row-major (its whole share: one call per item and dataset).
   void add(const std::string& dataset, std::uint64_t item, std::vector<float> rows);
   void add(const std::string& dataset, std::uint64_t item, std::vector<std::uint16_t> rows);
   void add(const std::string& dataset, std::uint64_t item, std::vector<std::int64_t> rows);
+  // The rows written so far are on disk (write_as_added; before the journal records their items).
+  void sync();
+  // Syncs and closes the file write_as_added opened.
+  void close();
+
+  // After the run: writes the rows kept into the file of `layout`.
+  void write(const RowsLayout& layout);
   void clear() { blocks_.clear(); }
   std::size_t bytes() const;
   std::size_t items() const;
-  // Every rank together (parallel: the job has more than one rank): writes the rows into the
-  // datasets of `layout`. A rank's failure does not leave the others in a collective call: it goes on
-  // opening every dataset, writes nothing more, closes with them and throws then.
-  void write(const RowsLayout& layout, bool parallel) const;
+  double write_seconds() const { return seconds_; }  // in writes and syncs, both ways
 
  private:
   struct Block {
@@ -54,9 +101,17 @@ class RankRows {
     std::vector<std::int64_t> i64;  // one of the three holds the rows
     std::size_t values() const { return f32.size() + u16.size() + i64.size(); }
     std::size_t bytes() const { return f32.size() * 4 + u16.size() * 2 + i64.size() * 8; }
+    RowType type() const { return !u16.empty() ? RowType::u16 : !i64.empty() ? RowType::i64 : RowType::f32; }
+    const void* data() const;
   };
   void add_block(const std::string& dataset, Block block);
+  // Writes one item's rows of `dataset` where `layout` puts them, into the open file `fd`.
+  void put(const RowsLayout& layout, int fd, const std::string& dataset, const Block& block);
   std::map<std::string, std::vector<Block>> blocks_;  // by dataset path
+  RowsLayout layout_;  // write_as_added's
+  int fd_ = -1;
+  bool drop_ = false;
+  double seconds_ = 0;
 };
 
 }  // namespace evalrun

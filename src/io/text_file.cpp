@@ -16,6 +16,13 @@ bool is_storage_errno(int err) {
   return err == ENOSPC || err == EDQUOT || err == EROFS || err == EIO || err == EFBIG;
 }
 
+void sync_file(const std::string& path, const std::string& what) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int err = fd < 0 ? errno : (::fsync(fd) != 0 ? errno : 0);
+  if (fd >= 0) ::close(fd);
+  if (err != 0) throw WriteError(path, what, std::strerror(err));
+}
+
 void write_text_file(const std::string& path, const std::string& text, const std::string& what) {
   namespace fs = std::filesystem;
   const fs::path parent = fs::path(path).parent_path();

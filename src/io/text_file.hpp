@@ -21,6 +21,9 @@ class WriteError : public std::runtime_error {
 // are created.
 void write_text_file(const std::string& path, const std::string& text, const std::string& what);
 
+// Syncs the written file `path` to disk (fsync); WriteError naming `what` when that fails.
+void sync_file(const std::string& path, const std::string& what);
+
 // True for errno values that mean the storage refused the write (ENOSPC, EDQUOT, EROFS, EIO, EFBIG)
 // rather than that the path is wrong.
 bool is_storage_errno(int err);

@@ -1,6 +1,7 @@
 #include "resume/run_journal.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -18,6 +19,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kFingerprintFile = "fingerprint.json";
+constexpr const char* kRowsSuffix = ".rows.h5";
 constexpr int kFingerprintFormat = 1;
 
 std::string short_sha(const std::string& s) { return s.size() > 12 ? s.substr(0, 12) + "..." : s; }
@@ -72,9 +74,13 @@ void make_dir(const std::string& dir) {
 }
 
 // The files evalrun writes into a journal directory: fingerprint.json (and its temporary names while
-// it is written) and <16 hex digits>.rank<R>.evj. Nothing else there is ever removed.
+// it is written), <16 hex digits>.rank<R>.evj and <16 hex digits>.rows.h5. Nothing else there is
+// ever removed.
 bool written_by_evalrun(const std::string& name) {
   if (name == kFingerprintFile || name.rfind(std::string(kFingerprintFile) + ".tmp", 0) == 0) return true;
+  if (name.size() == 16 + std::strlen(kRowsSuffix) && name.find_first_not_of("0123456789abcdef") == 16 &&
+      name.compare(16, std::string::npos, kRowsSuffix) == 0)
+    return true;
   const std::string rank = ".rank", ext = ".evj";
   if (name.size() < 16 + rank.size() + 1 + ext.size()) return false;
   if (name.find_first_not_of("0123456789abcdef") != 16 || name.compare(16, rank.size(), rank) != 0) return false;
@@ -289,6 +295,11 @@ void RunJournal::remove() {
   }
 }
 
+std::string RunJournal::rows_file() const {
+  if (run_id_.empty()) throw std::logic_error("RunJournal::rows_file before start");
+  return (fs::path(dir_) / (run_id_ + kRowsSuffix)).string();
+}
+
 std::string RunJournal::rank_file(const std::string& output_path, const std::string& run_id, int rank) {
   return (fs::path(dir_for(output_path)) / (run_id + ".rank" + std::to_string(rank) + ".evj")).string();
 }
@@ -296,8 +307,8 @@ std::string RunJournal::rank_file(const std::string& output_path, const std::str
 // --- every rank ---------------------------------------------------------------------------------
 
 JournalAppender::JournalAppender(const std::string& output_path, const std::string& run_id, int rank,
-                                 std::chrono::milliseconds sync_interval)
-    : interval_(sync_interval) {
+                                 std::function<void()> before_sync, std::chrono::milliseconds sync_interval)
+    : before_sync_(std::move(before_sync)), interval_(sync_interval) {
   // Rank 0 made the directory; on a filesystem this rank does not share with rank 0 it is made here.
   make_dir(RunJournal::dir_for(output_path));
   writer_ = std::make_unique<JournalWriter>(RunJournal::rank_file(output_path, run_id, rank));
@@ -309,11 +320,15 @@ void JournalAppender::add(const FinishedItems& items) {
   for (const auto& [index, record] : items) writer_->add(index, record);
   const auto now = std::chrono::steady_clock::now();
   if (!last_sync_ || now - *last_sync_ >= interval_) {
+    if (before_sync_) before_sync_();
     writer_->flush();
     last_sync_ = now;
   }
 }
 
-void JournalAppender::close() { writer_->flush(); }
+void JournalAppender::close() {
+  if (before_sync_) before_sync_();
+  writer_->flush();
+}
 
 }  // namespace evalrun

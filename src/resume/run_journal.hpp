@@ -5,6 +5,9 @@
 //   fingerprint.json        what the results depend on; rank 0 writes it before any rank runs
 //   <run id>.rank<R>.evj    rank R's finished items (io/journal.hpp: CRC-checked records, synced to
 //                           disk at most once a second and when the rank's shard is done)
+//   <run id>.rows.h5        the result file's row datasets, when the ranks write their rows into it
+//                           during the run (io/rank_rows.hpp); its items' records then hold no rows,
+//                           and the file, completed, becomes the result file
 // The run id (in fingerprint.json) keeps files of another run at the same path apart. Per-rank files
 // need no communication during the run; rank 0 reads every file it can see when resuming, so on a
 // filesystem all ranks share nothing is lost, and items it cannot see are simply computed again.
@@ -83,6 +86,8 @@ class RunJournal {
   void remove();
 
   static std::string dir_for(const std::string& output_path) { return output_path + ".journal"; }
+  // The run's rows file (after start(): of this run, or of the interrupted run being resumed).
+  std::string rows_file() const;
   static std::string rank_file(const std::string& output_path, const std::string& run_id, int rank);
 
  private:
@@ -97,9 +102,11 @@ class RunJournal {
 // One rank's side: appends each finished batch to its journal file and syncs it to disk with the first
 // batch, then when at least `sync_interval` passed since the last sync (a crash loses at most that
 // much work; syncing every batch of a small model would cost more than the batch), and on close().
+// `before_sync` runs before each sync (the rows the records stand for go to disk first).
 class JournalAppender {
  public:
   JournalAppender(const std::string& output_path, const std::string& run_id, int rank,
+                  std::function<void()> before_sync = {},
                   std::chrono::milliseconds sync_interval = std::chrono::milliseconds(1000));
   ~JournalAppender();
   void add(const FinishedItems& items);
@@ -107,6 +114,7 @@ class JournalAppender {
 
  private:
   std::unique_ptr<JournalWriter> writer_;
+  std::function<void()> before_sync_;
   std::chrono::milliseconds interval_;
   std::optional<std::chrono::steady_clock::time_point> last_sync_;  // none before the first batch
 };

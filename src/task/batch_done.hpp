@@ -12,9 +12,10 @@
 namespace evalrun {
 
 // Called with the results vector (as the runner will return it) and the positions in it that this
-// batch finished; only those positions are complete. An empty function is not called.
+// batch finished; only those positions are complete, and the caller may take parts out of them (a
+// flow writes their logits rows as they finish). An empty function is not called.
 template <class Result>
-using BatchDone = std::function<void(const std::vector<Result>& results, const std::vector<std::size_t>& finished)>;
+using BatchDone = std::function<void(std::vector<Result>& results, const std::vector<std::size_t>& finished)>;
 
 // Debug log (-v) of one batch a runner ran: its shape (rows x padded length), the share of it that is
 // padding (real_tokens of rows * length are not), and the model's time on it.

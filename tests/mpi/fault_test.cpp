@@ -268,9 +268,9 @@ TEST(InputLimits, AVeryLongPromptIsRefusedBeforeTheRunNamingItAndTheNumbers) {
 
 }  // namespace
 
-// The ranks' own logits rows overflow the disk after rank 0 wrote the file's small parts: one clean
-// failure, the earlier result kept, no temporary file left; --resume then writes every row from the
-// journal (rank 0 writes journaled rows).
+// The ranks' own logits rows (written into the run's rows file as each batch ends, io/rank_rows.hpp)
+// overflow the disk during the run: one clean failure, the earlier result kept, no temporary file
+// left beside it; --resume then completes the rows file (the journaled items' rows are in it).
 TEST_F(DiskFull, RanksRowsWriteFailsThenResumeFinishes) {
   SmallDisk disk(dir_ / "disk-c", 8192);
   if (!disk.mounted) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
@@ -279,12 +279,11 @@ TEST_F(DiskFull, RanksRowsWriteFailsThenResumeFinishes) {
   auto r = run_process(mpirun(2) + run_cmd(dir_ / "full-ref.h5", full));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string before = earlier_result(out);
-  SmallDisk journal(disk.dir / "out.h5.journal", 16384);
-  ASSERT_TRUE(journal.mounted);
-  leave_free(disk.dir, 64);  // 256 KiB: the small datasets fit, 40 windows of logits rows do not
+  leave_free(disk.dir, 64);  // 256 KiB: the journal's records fit, 40 windows of logits rows do not
   r = run_process(mpirun(2) + run_cmd(out, full));
   expect_one_clean_failure(r, out.string());
   EXPECT_HAS(r.output, "/logits/full rows");
+  EXPECT_HAS(r.output, ".rows.h5)");
   EXPECT_TRUE(bytes_of(out) == before) << "the earlier result file changed";
   for (const auto& e : fs::directory_iterator(disk.dir)) {
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << "temporary file left: " << e.path();
@@ -292,7 +291,8 @@ TEST_F(DiskFull, RanksRowsWriteFailsThenResumeFinishes) {
   fs::remove(disk.dir / "filler");
   r = run_process(mpirun(2) + run_cmd(out, full + " --resume"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_HAS(r.output, "work items done before, 0 to run");
+  EXPECT_HAS(r.output, "resuming: ");
+  EXPECT_FALSE(fs::exists(disk.dir / "out.h5.journal"));
   evalrun::H5Reader a((dir_ / "full-ref.h5").string()), b(out.string());
   EXPECT_EQ(a.shape("/logits/full"), b.shape("/logits/full"));
   const auto la = a.read_f32("/logits/full"), lb = b.read_f32("/logits/full");

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -121,10 +122,11 @@ class Resume : public ::testing::Test {
     write_config("loglikelihood.toml", "loglikelihood", dir_ / "llama",
                  "dataset = \"" + (dir_ / "loglik.jsonl").string() + "\"\nbatch_size = 2\n");
     // The same run with the model split over the 2 ranks (tensor parallel): one group, whose first
-    // rank journals.
+    // rank journals, and writes its 16-bit log-probability rows into the run's rows file as it goes.
     write_config("perplexity_tp.toml", "perplexity", dir_ / "llama",
                  "dataset = \"" + (dir_ / "corpus.txt").string() +
-                     "\"\ncontext_length = 32\nstride = 16\nbatch_size = 2\n[parallel]\ntensor_parallel = 2\n");
+                     "\"\ncontext_length = 32\nstride = 16\nbatch_size = 2\n[parallel]\ntensor_parallel = 2\n"
+                     "[output]\nlogits = \"logprobs16\"\n");
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 
@@ -326,9 +328,45 @@ TEST_F(Resume, LoglikelihoodResumesToTheSameFile) {
 }
 
 TEST_F(Resume, TensorParallelRunResumesToTheSameFile) {
-  const auto [ref_path, got_path] = kill_and_resume("perplexity_tp.toml");
+  const auto [ref_path, got_path] = kill_and_resume("perplexity_tp.toml", [](const std::string& out) {
+    // The journaled items' rows are in the interrupted run's rows file, not in their records: without
+    // it --resume is refused (exit 2) naming it.
+    fs::path rows;
+    for (const auto& e : fs::directory_iterator(dir_ / (out + ".journal"))) {
+      if (e.path().filename().string().find(".rows.h5") != std::string::npos) rows = e.path();
+    }
+    ASSERT_FALSE(rows.empty()) << "no rows file in the journal";
+    fs::rename(rows, dir_ / "rows.h5.away");
+    const auto r = run_process(mpirun(2) + run_cmd("perplexity_tp.toml", out, "--resume"));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_HAS(r.output, rows.string() + ": the rows of ");
+    EXPECT_HAS(r.output, "were written here, and the file is gone");
+    fs::rename(dir_ / "rows.h5.away", rows);
+  });
   H5Reader a(ref_path), b(got_path);
   EXPECT_EQ(b.attr_int("/", "tensor_parallel"), 2);
   EXPECT_EQ(a.read_i64("/scores/position"), b.read_i64("/scores/position"));
   expect_close(a.read_f64("/scores/log_prob"), b.read_f64("/scores/log_prob"), 1e-5, "log_prob");
+  // Every scored token's row, those of the interrupted run's items included: the same codes but where
+  // a logit's float rounding moves it across a code boundary.
+  const std::string values = "/logits/logprobs16/values";
+  ASSERT_EQ(a.shape(values), b.shape(values));
+  H5Rows<std::uint16_t> ra(a, values), rb(b, values);
+  std::int64_t off_by_one = 0;
+  for (std::int64_t r = 0; r < ra.rows(); ++r) {
+    const std::uint16_t* x = ra.row(r);
+    std::vector<std::uint16_t> x_copy(x, x + ra.cols());
+    const std::uint16_t* y = rb.row(r);
+    for (std::int64_t j = 0; j < ra.cols(); ++j) {
+      const int d = std::abs(static_cast<int>(x_copy[j]) - static_cast<int>(y[j]));
+      ASSERT_LE(d, 1) << "row " << r << " column " << j;
+      off_by_one += d;
+    }
+  }
+  EXPECT_LE(off_by_one, ra.rows() * ra.cols() / 100) << "too many codes differ";
+  const auto ta = a.read_i64("/logits/logprobs16/top_id"), tb = b.read_i64("/logits/logprobs16/top_id");
+  ASSERT_EQ(ta.size(), tb.size());
+  std::size_t other_top = 0;  // a near tie may go either way
+  for (std::size_t i = 0; i < ta.size(); ++i) other_top += ta[i] != tb[i] ? 1 : 0;
+  EXPECT_LE(other_top, ta.size() / 100);
 }

@@ -99,10 +99,28 @@ void DecoderFlow::keep_topk_rows(std::uint64_t index, std::vector<float>& values
   ids.clear();
 }
 
-void DecoderFlow::create_topk_rows(RowsLayout& layout, H5Writer& out, std::int64_t k,
-                                   const std::vector<std::uint64_t>& rows_per_item) {
-  layout.create(out, kTopkValues, RowType::f32, k, rows_per_item);
-  layout.create(out, kTopkIndices, RowType::i64, k, rows_per_item);
+std::vector<RowsPlan::Dataset> DecoderFlow::row_datasets(const RunSpec& spec, std::int64_t vocab, const char* logits) {
+  switch (spec.output.logits) {
+    case LogitsMode::none:
+      return {};
+    case LogitsMode::full:
+      return {{logits, RowType::f32, vocab, {}}};
+    case LogitsMode::topk:
+      return {{kTopkValues, RowType::f32, spec.output.top_k, {}}, {kTopkIndices, RowType::i64, spec.output.top_k, {}}};
+    case LogitsMode::logprobs16:
+      return {{kLogProbs16Values, RowType::u16, vocab, {}}};
+  }
+  return {};
+}
+
+RowsPlan DecoderFlow::plan_of(const RunSpec& spec, std::int64_t vocab, const char* logits,
+                              const std::vector<std::uint64_t>& rows_per_item) {
+  RowsPlan plan;
+  for (auto d : row_datasets(spec, vocab, logits)) {
+    d.rows_per_item = rows_per_item;
+    plan.datasets.push_back(std::move(d));
+  }
+  return plan;
 }
 
 int keep_logits(const RunSpec& spec) {

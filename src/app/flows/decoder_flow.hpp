@@ -40,10 +40,13 @@ class DecoderFlow : public TaskFlow {
                                 std::int64_t vocab) = 0;
 
   // output.logits = "topk" (generate, perplexity): an item's top-k values and ids, k per stored row,
-  // go to rank_rows() as its logits would; rank 0 lays out both [rows, k] datasets.
+  // go to rank_rows() as its logits would.
   void keep_topk_rows(std::uint64_t index, std::vector<float>& values, std::vector<std::int64_t>& ids);
-  static void create_topk_rows(RowsLayout& layout, H5Writer& out, std::int64_t k,
-                               const std::vector<std::uint64_t>& rows_per_item);
+  // The row datasets output.logits asks of generate and perplexity (their type and columns; `logits`:
+  // the full rows' dataset), and those with `rows_per_item` rows per item.
+  static std::vector<RowsPlan::Dataset> row_datasets(const RunSpec& spec, std::int64_t vocab, const char* logits);
+  static RowsPlan plan_of(const RunSpec& spec, std::int64_t vocab, const char* logits,
+                          const std::vector<std::uint64_t>& rows_per_item);
 
   std::optional<DecoderTokenizer> tokenizer_;  // rank 0
   std::unique_ptr<CausalLM> model_;

@@ -89,10 +89,18 @@ class GenerateFlow : public DecoderFlow {
     Progress progress("prompts");
     if (report_progress) o.progress = std::ref(progress);
     auto results = run_generation(*model_, shard_.items, o, shard_.stop_ids, shard_.pad_id,
-                                  journal_batches<GenerationResult>(sink));
+                                  keep_and_journal<GenerationResult>(sink, rows_, [this](GenerationResult& r) {
+                                    keep_rows(r.index, r);
+                                  }));
     model_.reset();
-    for (auto& r : results) keep_rows(r.index, r);
     return records_buffer_of(results);
+  }
+
+  // Without early termination every prompt generates its most tokens (max_new_tokens, or its golden
+  // tokens), a row each: known before the run.
+  RowsPlan plan_rows(const RunSpec& spec) const override {
+    if (!rows_known_) return {};
+    return plan_of(spec, model_->vocab_size(), kStepLogits, {max_steps_.begin(), max_steps_.end()});
   }
 
   void check_record(std::uint64_t index, const std::string& payload) const override {
@@ -109,7 +117,7 @@ class GenerateFlow : public DecoderFlow {
       throw std::runtime_error("the logits are not one row of the vocabulary per generated token");
     }
     if (g.topk_ids.size() != g.topk_logits.size()) throw std::runtime_error("top-k ids and logits differ in number");
-    if (g.logprobs16.rows() != 0 && (g.logprobs16.rows() != n || !g.logprobs16.consistent(g.vocab)))
+    if (g.logprobs16.rows() != 0 && (g.logprobs16.rows() != n || !g.logprobs16.consistent(g.vocab, !rows_known_)))
       throw std::runtime_error("the 16-bit log-probabilities are not one row of the vocabulary per generated token");
   }
 
@@ -155,7 +163,7 @@ class GenerateFlow : public DecoderFlow {
     }
     for (double s : item_seconds) times.model_total += s;
 
-    H5Writer out(spec.output.path);
+    H5Writer out = open_result(spec);
     prov.end_time = utc_now_iso8601();
     write_provenance(out, spec, prov);
     write_sample_index(out, ids);
@@ -176,14 +184,8 @@ class GenerateFlow : public DecoderFlow {
     const std::int64_t vocab = model_vocab(res);
     const std::vector<std::uint64_t> rows_per_prompt(n_generated.begin(), n_generated.end());
     RowsLayout layout;
-    if (spec.output.logits == LogitsMode::full) {
-      layout.create(out, kStepLogits, RowType::f32, vocab, rows_per_prompt);
-    } else if (spec.output.logits == LogitsMode::topk) {
-      create_topk_rows(layout, out, spec.output.top_k, rows_per_prompt);
-    } else if (spec.output.logits == LogitsMode::logprobs16) {
-      logprobs16.write(out);
-      layout.create(out, kLogProbs16Values, RowType::u16, vocab, rows_per_prompt);
-    }
+    if (spec.output.logits == LogitsMode::logprobs16) logprobs16.write(out);
+    for (const auto& d : row_datasets(spec, vocab, kStepLogits)) lay_out_rows(layout, out, d.path, d.type, d.cols, rows_per_prompt);
     if (spec.output.logits != LogitsMode::none) {
       // rows of sample i are [step_offsets[i], step_offsets[i+1]) in the logits datasets
       std::vector<std::uint64_t> offsets{0};
@@ -225,6 +227,7 @@ class GenerateFlow : public DecoderFlow {
       attach_golden_tokens(spec.validation.golden, items);
       log().info("generate: teacher forcing the generated tokens of {}", spec.validation.golden);
     }
+    rows_known_ = spec.task.no_early_termination;
     prompt_ids_.clear();
     truncated_.clear();
     max_steps_.clear();
@@ -299,6 +302,7 @@ class GenerateFlow : public DecoderFlow {
   std::vector<std::vector<std::int64_t>> prompt_ids_;
   std::vector<std::int64_t> truncated_;
   std::vector<std::size_t> max_steps_;  // most tokens each prompt generates (forced: its forced ids)
+  bool rows_known_ = false;  // every prompt generates max_steps_ tokens: rows laid out before the run
   // every rank
   GenerationShard shard_;
 };

@@ -52,11 +52,85 @@ void keep_rows(std::uint64_t index, MlmItemScores& s, RankRows& rows) {
   if (!flat.empty()) rows.add(kMaskLogits, index, std::move(flat));
 }
 
+class MlmFlow : public EncoderFlow {
+ public:
+  MlmFlow() : EncoderFlow(EncoderHead::masked_lm, mlm_calibration) {}
+
+  PreparedWork prepare(const RunSpec& spec, int ranks, const std::set<std::uint64_t>& skip) override {
+    tokenizer_ = EncoderTokenizer::from_dir(tokenizer_dir(spec));
+    data_ = read_mlm(spec, *tokenizer_);
+    all_items_ = data_.items;
+    return share_out(spec, ranks, skip, data_.sample_ids.size());
+  }
+
+  std::string run(const RunSpec& spec, bool report_progress, const ItemSink& sink) override {
+    Progress progress("features");
+    ResultRecords records(ItemSink{});  // what rank 0 gets; the sink (journal) gets each record below
+    const bool full = spec.output.logits == LogitsMode::full;
+    const int k = std::max(spec.task.top_k, spec.output.logits == LogitsMode::topk ? spec.output.top_k : 0);
+    run_mlm_items(*model_, items_, batch_options(spec, report_progress, progress),
+                  [&](const std::vector<MlmItemResult>& results, const std::vector<std::size_t>& done) {
+                    FinishedItems journaled;
+                    for (std::size_t i : done) {
+                      const auto& r = results[i];
+                      MlmItemScores s;
+                      s.seconds = r.seconds;
+                      for (std::size_t m = 0; m < items_[i].mask_positions.size(); ++m) {
+                        const float* row = r.mask_logits.data() + m * static_cast<std::size_t>(vocab_);
+                        MlmItemScores::Mask mask{top_k_of_row(row, vocab_, k), {}};
+                        if (full) mask.full_row.assign(row, row + vocab_);
+                        s.masks.push_back(std::move(mask));
+                      }
+                      // the journal's record: with its rows when they stay here until the end
+                      if (sink && !rows_.writes_as_added()) journaled.emplace_back(r.index, to_bytes(s));
+                      keep_rows(r.index, s, rows_);
+                      if (sink && rows_.writes_as_added()) journaled.emplace_back(r.index, to_bytes(s));
+                      records.add(r.index, s);
+                    }
+                    if (sink) sink(journaled);
+                    records.end_batch();
+                  });
+    release();
+    return records.take();
+  }
+
+  FinishedFile finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
+                      Provenance prov) override;
+
+  // A sample's rows are its masks: known before the run.
+  RowsPlan plan_rows(const RunSpec& spec) const override {
+    if (spec.output.logits != LogitsMode::full) return {};
+    RowsPlan::Dataset d{kMaskLogits, RowType::f32, vocab_, {}};
+    for (const auto& item : all_items_) d.rows_per_item.push_back(item.mask_positions.size());
+    return {{d}};
+  }
+
+  void check_record(std::uint64_t index, const std::string& payload) const override {
+    const auto r = from_bytes<MlmItemScores>(payload);
+    const std::size_t masks = all_items_[index].mask_positions.size();
+    if (r.masks.size() != masks) {
+      throw std::runtime_error(std::to_string(r.masks.size()) + " masks for a sample with " + std::to_string(masks));
+    }
+    for (const auto& m : r.masks) {
+      if (m.top.ids.size() != m.top.logits.size()) throw std::runtime_error("top-k ids and logits differ in number");
+      if (!m.full_row.empty() && m.full_row.size() != r.masks.front().full_row.size()) {
+        throw std::runtime_error("logits rows of different lengths");
+      }
+    }
+  }
+
+ private:
+  MlmData data_;  // rank 0
+};
+
 // rank 0: the gathered mask scores -> fill-ins, accuracy and the result file (journaled full rows go
-// to `rows`, rank 0's to write).
-FinishedFile finish_mlm(const RunSpec& spec, const MlmData& p, const EncoderTokenizer& tokenizer,
-                        const std::vector<std::string>& gathered, RunTimes& times, Provenance prov, std::int64_t vocab,
-                        RankRows& rows) {
+// to rank_rows(), rank 0's to write).
+FinishedFile MlmFlow::finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
+                             Provenance prov) {
+  const MlmData& p = data_;
+  const EncoderTokenizer& tokenizer = *tokenizer_;
+  const std::int64_t vocab = vocab_;
+  RankRows& rows = rows_;
   const std::size_t ns = p.features.size();
   std::vector<std::vector<MaskTopK>> topk(ns);
   std::vector<double> item_seconds(ns, 0.0);
@@ -108,7 +182,7 @@ FinishedFile finish_mlm(const RunSpec& spec, const MlmData& p, const EncoderToke
     tokens += f.input_ids.size();
   }
 
-  H5Writer out(spec.output.path);
+  H5Writer out = open_result(spec);
   prov.end_time = utc_now_iso8601();
   write_provenance(out, spec, prov);
   write_sample_index(out, p.sample_ids);
@@ -121,7 +195,7 @@ FinishedFile finish_mlm(const RunSpec& spec, const MlmData& p, const EncoderToke
   out.write("/logits/logsumexp", lse);
   RowsLayout layout;
   if (spec.output.logits == LogitsMode::full) {
-    layout.create(out, kMaskLogits, RowType::f32, vocab, masks_per_sample);
+    lay_out_rows(layout, out, kMaskLogits, RowType::f32, vocab, masks_per_sample);
   } else if (spec.output.logits == LogitsMode::topk) {
     std::vector<float> values;
     std::vector<std::int64_t> indices;
@@ -157,69 +231,6 @@ FinishedFile finish_mlm(const RunSpec& spec, const MlmData& p, const EncoderToke
   }
   return {std::move(out), std::move(layout)};
 }
-
-class MlmFlow : public EncoderFlow {
- public:
-  MlmFlow() : EncoderFlow(EncoderHead::masked_lm, mlm_calibration) {}
-
-  PreparedWork prepare(const RunSpec& spec, int ranks, const std::set<std::uint64_t>& skip) override {
-    tokenizer_ = EncoderTokenizer::from_dir(tokenizer_dir(spec));
-    data_ = read_mlm(spec, *tokenizer_);
-    all_items_ = data_.items;
-    return share_out(spec, ranks, skip, data_.sample_ids.size());
-  }
-
-  std::string run(const RunSpec& spec, bool report_progress, const ItemSink& sink) override {
-    Progress progress("features");
-    ResultRecords records(ItemSink{});  // what rank 0 gets; the sink (journal) gets whole records
-    const bool full = spec.output.logits == LogitsMode::full;
-    const int k = std::max(spec.task.top_k, spec.output.logits == LogitsMode::topk ? spec.output.top_k : 0);
-    run_mlm_items(*model_, items_, batch_options(spec, report_progress, progress),
-                  [&](const std::vector<MlmItemResult>& results, const std::vector<std::size_t>& done) {
-                    FinishedItems journaled;
-                    for (std::size_t i : done) {
-                      const auto& r = results[i];
-                      MlmItemScores s;
-                      s.seconds = r.seconds;
-                      for (std::size_t m = 0; m < items_[i].mask_positions.size(); ++m) {
-                        const float* row = r.mask_logits.data() + m * static_cast<std::size_t>(vocab_);
-                        MlmItemScores::Mask mask{top_k_of_row(row, vocab_, k), {}};
-                        if (full) mask.full_row.assign(row, row + vocab_);
-                        s.masks.push_back(std::move(mask));
-                      }
-                      if (sink) journaled.emplace_back(r.index, to_bytes(s));
-                      keep_rows(r.index, s, rows_);
-                      records.add(r.index, s);
-                    }
-                    if (sink) sink(journaled);
-                    records.end_batch();
-                  });
-    release();
-    return records.take();
-  }
-
-  FinishedFile finish(const RunSpec& spec, const std::vector<std::string>& gathered, RunTimes& times,
-                      Provenance prov) override {
-    return finish_mlm(spec, data_, *tokenizer_, gathered, times, prov, vocab_, rows_);
-  }
-
-  void check_record(std::uint64_t index, const std::string& payload) const override {
-    const auto r = from_bytes<MlmItemScores>(payload);
-    const std::size_t masks = all_items_[index].mask_positions.size();
-    if (r.masks.size() != masks) {
-      throw std::runtime_error(std::to_string(r.masks.size()) + " masks for a sample with " + std::to_string(masks));
-    }
-    for (const auto& m : r.masks) {
-      if (m.top.ids.size() != m.top.logits.size()) throw std::runtime_error("top-k ids and logits differ in number");
-      if (!m.full_row.empty() && m.full_row.size() != r.masks.front().full_row.size()) {
-        throw std::runtime_error("logits rows of different lengths");
-      }
-    }
-  }
-
- private:
-  MlmData data_;  // rank 0
-};
 
 }  // namespace
 

@@ -37,10 +37,19 @@ class PerplexityFlow : public DecoderFlow {
     o.keep_logits = keep_logits(spec);
     Progress progress("windows");
     if (report_progress) o.progress = std::ref(progress);
-    auto scores = score_perplexity_windows(*model_, tokens_, windows_, o, journal_batches<WindowScores>(sink));
+    auto scores = score_perplexity_windows(*model_, tokens_, windows_, o,
+                                           keep_and_journal<WindowScores>(sink, rows_, [this](WindowScores& s) {
+                                             keep_rows(s.index, s);
+                                           }));
     model_.reset();
-    for (auto& s : scores) keep_rows(s.index, s);
     return records_buffer_of(scores);
+  }
+
+  // A window's rows are its scored positions: known before the run.
+  RowsPlan plan_rows(const RunSpec& spec) const override {
+    std::vector<std::uint64_t> rows;
+    for (const auto& w : all_windows_) rows.push_back(static_cast<std::uint64_t>(w.end - w.score_from));
+    return plan_of(spec, model_->vocab_size(), kFullLogits, rows);
   }
 
   void check_record(std::uint64_t index, const std::string& payload) const override {
@@ -56,7 +65,8 @@ class PerplexityFlow : public DecoderFlow {
                                std::to_string(w.end - 1) + " of window " + std::to_string(index));
     }
     if (s.topk_ids.size() != s.topk_logits.size()) throw std::runtime_error("top-k ids and logits differ in number");
-    if (s.logprobs16.rows() != 0 && (s.logprobs16.rows() != scored || !s.logprobs16.consistent(s.vocab)))
+    // the values rows were written into the result file as the window finished, not journaled
+    if (s.logprobs16.rows() != 0 && (s.logprobs16.rows() != scored || !s.logprobs16.consistent(s.vocab, false)))
       throw std::runtime_error("the 16-bit log-probabilities are not one row of the vocabulary per scored token");
   }
 
@@ -82,7 +92,7 @@ class PerplexityFlow : public DecoderFlow {
     for (double s : item_seconds) times.model_total += s;
     const PerplexitySummary sum = summarize_perplexity(log_probs);
 
-    H5Writer out(spec.output.path);
+    H5Writer out = open_result(spec);
     prov.end_time = utc_now_iso8601();
     write_provenance(out, spec, prov);
     write_sample_index(out, {spec.task.dataset});
@@ -99,14 +109,8 @@ class PerplexityFlow : public DecoderFlow {
     out.write("/scores/position", positions);
     out.write("/scores/log_prob", log_probs);
     RowsLayout layout;
-    if (spec.output.logits == LogitsMode::full) {
-      layout.create(out, kFullLogits, RowType::f32, vocab, rows_per_window);
-    } else if (spec.output.logits == LogitsMode::topk) {
-      create_topk_rows(layout, out, spec.output.top_k, rows_per_window);
-    } else if (spec.output.logits == LogitsMode::logprobs16) {
-      logprobs16.write(out);
-      layout.create(out, kLogProbs16Values, RowType::u16, vocab, rows_per_window);
-    }
+    if (spec.output.logits == LogitsMode::logprobs16) logprobs16.write(out);
+    for (const auto& d : row_datasets(spec, vocab, kFullLogits)) lay_out_rows(layout, out, d.path, d.type, d.cols, rows_per_window);
     out.create_group("/metrics");
     out.set_attr("/metrics", "perplexity", sum.perplexity);
     out.set_attr("/metrics", "perplexity_stderr", sum.perplexity_stderr);

@@ -1,4 +1,5 @@
 #include "io/hdf5_file.hpp"
+#include "io/rank_rows.hpp"
 
 #include <gtest/gtest.h>
 #include <hdf5.h>
@@ -273,36 +274,53 @@ TEST_F(H5Test, UncommittedWriterLeavesPreviousFileUntouched) {
   EXPECT_EQ(entries, 1u);
 }
 
-TEST_F(H5Test, RowsCreatedByTheWriterAreFilledAfterItClosesAndCommitted) {
+TEST_F(H5Test, RowsLaidOutByTheWriterAreWrittenByRanksAndTheFileCompletedAfterReopening) {
   const auto path = dir_ / "rows.h5";
-  H5Writer w(path.string());
-  w.write_strings("/empty_strings", {});  // an empty dataset is written, not merely allocated
-  w.create_rows("/big", RowType::f32, 9, 1000);
-  w.create_rows("/none", RowType::u16, 0, 1000);
-  w.create_rows("/ids", RowType::i64, 3, 2);  // top-k ids: int64, beyond float's exact integers
-  w.close();
-  EXPECT_TRUE(fs::exists(w.temp_path()));
-  EXPECT_FALSE(fs::exists(path));
+  const auto rows_path = dir_ / "run.rows.h5";
+  RowsLayout layout;
   {
-    H5RowWriter rows(w.temp_path(), path.string(), /*parallel=*/false);
-    rows.open("/big");
-    EXPECT_EQ(rows.rows(), 9);
-    EXPECT_EQ(rows.cols(), 1000);
-    std::vector<float> tail(4 * 1000), head(5 * 1000);
-    for (std::size_t i = 0; i < tail.size(); ++i) tail[i] = static_cast<float>(i) + 0.5F;
-    for (std::size_t i = 0; i < head.size(); ++i) head[i] = -static_cast<float>(i);
-    rows.write(5, 4, tail.data());  // out of order, as ranks do
-    rows.write(0, 5, head.data());
-    EXPECT_THROW(rows.write(8, 2, tail.data()), std::logic_error);  // past the last row
-    rows.open("/none");
-    EXPECT_EQ(rows.rows(), 0);
-    rows.open("/ids");
-    const std::vector<std::int64_t> last{(std::int64_t{1} << 40) + 1, -1}, first{0, 1, 2, 3};
-    rows.write(2, 1, last.data());
-    rows.write(0, 2, first.data());
-    rows.close();
+    H5Writer w(path.string(), rows_path.string());
+    w.keep_on_failure();
+    w.write_strings("/stale", {"left by a failed completion"});
+    layout.create(w, "/big", RowType::f32, 1000, {5, 4});  // item 0: rows 0-4, item 1: rows 5-8
+    layout.create(w, "/none", RowType::u16, 1000, {0});
+    layout.create(w, "/ids", RowType::i64, 2, {2, 1});  // top-k ids: int64, beyond float's exact integers
+    w.close();
+  }  // kept: not committed, not removed
+  ASSERT_TRUE(fs::exists(rows_path));
+  EXPECT_FALSE(fs::exists(path));
+  const RowsLayout sent = RowsLayout::from_bytes(layout.to_bytes());  // as every rank gets it
+  std::vector<float> tail(4 * 1000), head(5 * 1000);
+  for (std::size_t i = 0; i < tail.size(); ++i) tail[i] = static_cast<float>(i) + 0.5F;
+  for (std::size_t i = 0; i < head.size(); ++i) head[i] = -static_cast<float>(i);
+  {
+    RankRows during;  // one rank writes its items as they finish, out of order
+    during.write_as_added(sent);
+    during.add("/big", 1, tail);
+    during.add("/ids", 1, std::vector<std::int64_t>{(std::int64_t{1} << 40) + 1, -1});
+    EXPECT_EQ(during.items(), 0u);  // nothing kept
+    EXPECT_THROW(during.add("/big", 0, std::vector<float>(999)), std::logic_error);       // not 5 rows
+    EXPECT_THROW(during.add("/big", 2, std::vector<float>(1000)), std::logic_error);      // no item 2
+    EXPECT_THROW(during.add("/big", 0, std::vector<std::uint16_t>(5000)), std::logic_error);  // not float
+    EXPECT_THROW(during.add("/other", 0, std::vector<float>(1)), std::logic_error);
+    during.close();
+    RankRows after;  // another keeps its rows until the file is laid out, then writes them
+    after.add("/big", 0, head);
+    after.add("/ids", 0, std::vector<std::int64_t>{0, 1, 2, 3});
+    EXPECT_EQ(after.items(), 2u);
+    after.write(sent);
+    EXPECT_GT(during.write_seconds() + after.write_seconds(), 0.0);
   }
-  w.commit();
+  {
+    H5Writer w = H5Writer::reopen(path.string(), rows_path.string(), sent.paths());
+    EXPECT_EQ(w.rows_offset("/big", RowType::f32, 9, 1000), sent.find("/big")->offset);
+    expect_input_error([&] { w.rows_offset("/big", RowType::f32, 9, 999); }, {"run.rows.h5", "/big", "[9, 999]"});
+    expect_input_error([&] { w.rows_offset("/big", RowType::u16, 9, 1000); }, {"/big"});
+    expect_input_error([&] { w.rows_offset("/missing", RowType::u16, 1, 1); }, {"/missing", "no such dataset"});
+    w.write_strings("/stale", {"written again"});  // reopening removed what was not a row dataset
+    w.commit();
+  }
+  EXPECT_FALSE(fs::exists(rows_path));
   H5Reader r(path.string());
   EXPECT_EQ(r.shape("/big"), (std::vector<std::int64_t>{9, 1000}));
   const auto big = r.read_f32("/big");
@@ -312,7 +330,26 @@ TEST_F(H5Test, RowsCreatedByTheWriterAreFilledAfterItClosesAndCommitted) {
   EXPECT_EQ(big[9 * 1000 - 1], 3999.5F);
   EXPECT_EQ(r.shape("/none"), (std::vector<std::int64_t>{0, 1000}));
   EXPECT_EQ(r.read_i64("/ids"), (std::vector<std::int64_t>{0, 1, 2, 3, (std::int64_t{1} << 40) + 1, -1}));
-  EXPECT_TRUE(r.read_strings("/empty_strings").empty());
+  EXPECT_EQ(r.read_strings("/stale"), (std::vector<std::string>{"written again"}));
+}
+
+TEST_F(H5Test, AFailedWriterOfAReopenedFileKeepsIt) {
+  const auto path = dir_ / "kept.h5";
+  const auto rows_path = dir_ / "kept.rows.h5";
+  {
+    H5Writer w(path.string(), rows_path.string());
+    w.create_rows("/r", RowType::f32, 2, 3);
+    w.close();
+    w.keep_on_failure();
+  }
+  {
+    H5Writer w = H5Writer::reopen(path.string(), rows_path.string(), {"/r"});
+    w.write("/x", std::vector<double>{1.0});
+  }  // destroyed uncommitted (finish failed): kept for a resumed run
+  ASSERT_TRUE(fs::exists(rows_path));
+  EXPECT_FALSE(fs::exists(path));
+  H5Reader r(rows_path.string());
+  EXPECT_EQ(r.shape("/r"), (std::vector<std::int64_t>{2, 3}));
 }
 
 TEST_F(H5Test, WriterMisuseThrows) {
