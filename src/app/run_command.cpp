@@ -71,7 +71,7 @@ RowsLayout rows_file_before_run(const RunSpec& spec, const RunJournal& journal, 
   }
   H5Writer file(spec.output.path, path);
   file.keep_on_failure();  // a failed run leaves it for --resume (the journal's records need it)
-  RowsLayout layout = RowsLayout::create(file, plan);
+  RowsLayout layout = RowsLayout::lay_out(file, plan);
   file.close();
   sync_file(path, "the rows file of " + spec.output.path);  // the layout is on disk before any row
   return layout;

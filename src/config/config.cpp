@@ -215,7 +215,8 @@ const std::vector<KeySpec>& key_specs() {
        .help = "generate only: 0 = off; left-pad every prompt to exactly N tokens, a longer prompt is an error",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.fixed_prompt_length = static_cast<int>(v.i); }},
       {.section = "task", .key = "no_early_termination", .kind = Kind::boolean, .per_task = true, .default_note = "false",
-       .help = "generate only: keep generating past EOS up to max_new_tokens",
+       .help = "generate only: keep generating past EOS up to max_new_tokens (every prompt's logits rows are then known "
+               "before the run: the ranks write them as they finish instead of holding them)",
        .apply = [](RunSpec& r, const Scalar& v) { r.task.no_early_termination = v.b; }},
       {.section = "task", .key = "context_length", .kind = Kind::integer, .max = kIntMax, .per_task = true, .default_note = "0",
        .help = "perplexity only: tokens per window; 0 = the model's max_position_embeddings",

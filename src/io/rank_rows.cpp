@@ -44,7 +44,7 @@ void RowsLayout::create(H5Writer& out, const std::string& path, RowType type, st
   datasets.push_back(std::move(d));
 }
 
-RowsLayout RowsLayout::create(H5Writer& out, const RowsPlan& plan) {
+RowsLayout RowsLayout::lay_out(H5Writer& out, const RowsPlan& plan) {
   RowsLayout l;
   for (const auto& d : plan.datasets) l.create(out, d.path, d.type, d.cols, d.rows_per_item);
   return l;

@@ -52,7 +52,7 @@ struct RowsLayout {
   void create(H5Writer& out, const std::string& path, RowType type, std::int64_t cols,
               const std::vector<std::uint64_t>& rows_per_item);
   // rank 0: every dataset of `plan` created in `out` ...
-  static RowsLayout create(H5Writer& out, const RowsPlan& plan);
+  static RowsLayout lay_out(H5Writer& out, const RowsPlan& plan);
   // ... or found there as create() left them (a resumed run's rows file); InputError naming the
   // file and dataset when one is not.
   static RowsLayout existing(H5Writer& out, const RowsPlan& plan);
