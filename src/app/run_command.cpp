@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <set>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -62,9 +61,7 @@ RowsLayout rows_file_before_run(const RunSpec& spec, const RunJournal& journal, 
                                  " work items the interrupted run finished were written here, and the file is gone: "
                                  "remove " + journal.dir() + " to run everything again");
     }
-    std::set<std::string> datasets;
-    for (const auto& d : plan.datasets) datasets.insert(d.path);
-    H5Writer file = H5Writer::reopen(spec.output.path, path, datasets);
+    H5Writer file = H5Writer::reopen(spec.output.path, path, plan.paths());
     RowsLayout layout = RowsLayout::existing(file, plan);
     file.close();
     return layout;

@@ -123,9 +123,7 @@ void TaskFlow::lay_out_rows(RowsLayout& layout, H5Writer& out, const std::string
     return;
   }
   // Laid out before the run from the planned counts: the run must have produced exactly those.
-  std::vector<std::uint64_t> first{0};
-  for (auto n : rows_per_item) first.push_back(first.back() + n);
-  if (first != before->first_row || cols != before->cols || type != before->type) {
+  if (first_rows(rows_per_item) != before->first_row || cols != before->cols || type != before->type) {
     throw std::logic_error(path + ": the run's rows differ from those laid out before it");
   }
 }

@@ -340,19 +340,6 @@ void write_dataset(hid_t file, const std::string& final_path, const std::string&
     write_fail(final_path, path, "cannot write dataset");
 }
 
-}  // namespace
-
-std::size_t row_type_bytes(RowType type) {
-  switch (type) {
-    case RowType::f32: return 4;
-    case RowType::u16: return 2;
-    case RowType::i64: return 8;
-  }
-  throw std::logic_error("row_type_bytes: unknown RowType");
-}
-
-namespace {
-
 DatasetSpec row_type_spec(RowType type) {
   switch (type) {
     case RowType::f32: return {H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, 4};
@@ -363,6 +350,9 @@ DatasetSpec row_type_spec(RowType type) {
 }
 
 }  // namespace
+
+std::size_t row_type_bytes(RowType type) { return row_type_spec(type).elem_size; }
+
 
 void H5Writer::create_group(const std::string& path) {
   require_open(file_, final_path_);

@@ -35,9 +35,7 @@ int open_rows_file(const RowsLayout& layout) {
 
 void RowsLayout::create(H5Writer& out, const std::string& path, RowType type, std::int64_t cols,
                         const std::vector<std::uint64_t>& rows_per_item) {
-  Dataset d{path, type, cols, 0, {0}};
-  d.first_row.reserve(rows_per_item.size() + 1);
-  for (auto n : rows_per_item) d.first_row.push_back(d.first_row.back() + n);
+  Dataset d{path, type, cols, 0, first_rows(rows_per_item)};
   d.offset = out.create_rows(path, type, static_cast<std::int64_t>(d.first_row.back()), cols);
   temp_path = out.temp_path();
   final_path = out.final_path();
@@ -55,8 +53,7 @@ RowsLayout RowsLayout::existing(H5Writer& out, const RowsPlan& plan) {
   l.temp_path = out.temp_path();
   l.final_path = out.final_path();
   for (const auto& p : plan.datasets) {
-    Dataset d{p.path, p.type, p.cols, 0, {0}};
-    for (auto n : p.rows_per_item) d.first_row.push_back(d.first_row.back() + n);
+    Dataset d{p.path, p.type, p.cols, 0, first_rows(p.rows_per_item)};
     d.offset = out.rows_offset(p.path, p.type, static_cast<std::int64_t>(d.first_row.back()), p.cols);
     l.datasets.push_back(std::move(d));
   }
@@ -68,6 +65,19 @@ const RowsLayout::Dataset* RowsLayout::find(const std::string& path) const {
     if (d.path == path) return &d;
   }
   return nullptr;
+}
+
+std::vector<std::uint64_t> first_rows(const std::vector<std::uint64_t>& rows_per_item) {
+  std::vector<std::uint64_t> first{0};
+  first.reserve(rows_per_item.size() + 1);
+  for (auto n : rows_per_item) first.push_back(first.back() + n);
+  return first;
+}
+
+std::set<std::string> RowsPlan::paths() const {
+  std::set<std::string> p;
+  for (const auto& d : datasets) p.insert(d.path);
+  return p;
 }
 
 std::set<std::string> RowsLayout::paths() const {

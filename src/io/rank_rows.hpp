@@ -34,7 +34,11 @@ struct RowsPlan {
   };
   std::vector<Dataset> datasets;
   bool empty() const { return datasets.empty(); }
+  std::set<std::string> paths() const;
 };
+
+// Where each item's rows start, from the rows per item: {0, n0, n0 + n1, ...}.
+std::vector<std::uint64_t> first_rows(const std::vector<std::uint64_t>& rows_per_item);
 
 // Where each work item's rows lie, broadcast from rank 0 to every rank.
 struct RowsLayout {
