@@ -238,7 +238,7 @@ void family_rows(const std::vector<std::string>& presets, double bw, std::int64_
       std::printf("writing the %s preset to %s\n", preset.c_str(), dir.c_str());
       evalrun::make_llama_checkpoint(dir, preset, 0);
     }
-    Row r{preset, evalrun::LlamaModel::load({dir, evalrun::DType::fp32, evalrun::Device::cpu})};
+    Row r{preset, evalrun::LlamaModel::load({dir, evalrun::DType::fp32, "cpu"})};
     const auto& c = r.model->config();
     r.wbytes = 4.0 * (c.hidden_size + static_cast<double>(c.vocab_size) * c.hidden_size);
     for (const auto& site : r.model->linear_sites()) {
@@ -380,7 +380,7 @@ int main(int argc, char** argv) {
                            Variant{"int8", dir, evalrun::DType::fp32, false, true},
                            Variant{"int8-lm_head8", dir, evalrun::DType::fp32, true, true}}) {
     if (!wanted(v.label)) continue;
-    auto model = evalrun::LlamaModel::load({v.dir, v.dtype, evalrun::Device::cpu});
+    auto model = evalrun::LlamaModel::load({v.dir, v.dtype, "cpu"});
     if (v.int8) quantize_int8(*model);
     if (v.lm_head_int8) model->quantize_lm_head_int8();
     const auto& c = model->config();
@@ -426,7 +426,7 @@ int main(int argc, char** argv) {
   if (!llama2c.empty()) {
     const std::string work = (std::filesystem::temp_directory_path() / "evalrun-bench-llama2c").string();
     const auto c = evalrun::bench::run_llama2c(llama2c, dir, work, threads, prompt, steps);
-    auto model = evalrun::LlamaModel::load({dir, evalrun::DType::fp32, evalrun::Device::cpu});
+    auto model = evalrun::LlamaModel::load({dir, evalrun::DType::fp32, "cpu"});
     const auto ours = greedy(*model, c.prompt, steps);
     std::size_t same = 0;
     while (same < ours.size() && same < c.generated.size() && ours[same] == c.generated[same]) ++same;
@@ -441,12 +441,12 @@ int main(int argc, char** argv) {
     }
   }
   if (wanted("fp32-rows")) {
-    auto model = evalrun::LlamaModel::load({dir, evalrun::DType::fp32, evalrun::Device::cpu});
+    auto model = evalrun::LlamaModel::load({dir, evalrun::DType::fp32, "cpu"});
     rows_crossover(*model, "fp32", "oneDNN matmul", evalrun::ops::kF32RowsMax, evalrun::ops::kF32RowsDefault,
                    evalrun::ops::set_f32_rows_limit, prompt, steps);
   }
   if (wanted("int8-rows")) {
-    auto model = evalrun::LlamaModel::load({dir, evalrun::DType::fp32, evalrun::Device::cpu});
+    auto model = evalrun::LlamaModel::load({dir, evalrun::DType::fp32, "cpu"});
     quantize_int8(*model);
     model->quantize_lm_head_int8();
     // The GEMM: oneDNN's matmul where its integer kernels are exact (VNNI), else the exact AVX2 one.
@@ -455,7 +455,7 @@ int main(int argc, char** argv) {
                    evalrun::ops::set_int8_rows_limit, prompt, steps);
   }
   if (wanted("fp8-rows")) {
-    auto model = evalrun::LlamaModel::load({fp8_dir, evalrun::DType::fp32, evalrun::Device::cpu});
+    auto model = evalrun::LlamaModel::load({fp8_dir, evalrun::DType::fp32, "cpu"});
     rows_crossover(*model, "fp8", "float32 tiles + sgemm", evalrun::ops::kFp8RowsMax, evalrun::ops::kFp8RowsMax,
                    evalrun::ops::set_fp8_rows_limit, prompt, steps);
   }
@@ -479,7 +479,7 @@ int main(int argc, char** argv) {
 
   if (const char* data = std::getenv("EVALRUN_DATA_DIR"); data != nullptr && *data != '\0') {
     auto model = evalrun::LlamaModel::load({std::string(data) + "/models/stories260K", evalrun::DType::fp32,
-                                             evalrun::Device::cpu});
+                                             "cpu"});
     const Timing t = run(*model, 1, 5, 200, 3);
     std::printf("stories260K fp32 batch 1: prefill 5 tokens %.3f ms; decode %.0f tok/s (%.3f ms/step)\n",
                 t.prefill_s * 1e3, 200 / t.decode_s, t.decode_s / 200 * 1e3);

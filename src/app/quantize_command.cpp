@@ -109,7 +109,7 @@ int quantize_command(int argc, char** argv) {
   set_compute_threads(threads);
 
   const CalibrationSet calibration = task_calibration(spec);
-  auto model = load_model({spec.model.path, spec.model.dtype, spec.model.device, "none"}, task_info(spec.task.kind).role);
+  auto model = load_model({spec.model.path, spec.model.dtype, "cpu", "none"}, task_info(spec.task.kind).role);
   quant::Int8Settings settings = direct_int8_settings(spec);
   std::vector<quant::QuantizedSite> sites = quantize_int8(*model, calibration, settings);
 

@@ -28,6 +28,18 @@ void TaskFlow::install_model(const RunSpec& spec, Model& model, const std::strin
   prov.architecture = model.architecture();
 }
 
+ModelLoad TaskFlow::model_load(const RunSpec& spec, const std::string& method, Communicator* tp) const {
+  if (!backend_) throw std::logic_error("TaskFlow: no device backend set");
+  ModelLoad how;
+  how.dir = spec.model.path;
+  how.dtype = spec.model.dtype;
+  how.device = backend_->model_device();
+  how.quantization_method = method;
+  how.tp = tp;
+  how.device_sync = backend_->device_sync();
+  return how;
+}
+
 void TaskFlow::put_on_device(Model& model, Provenance& provenance) {
   if (!backend_) throw std::logic_error("TaskFlow: no device backend set");
   device::take_over_projections(

@@ -97,6 +97,9 @@ class TaskFlow {
   RankRows& rank_rows() { return rows_; }
 
  protected:
+  // How a flow loads its model: model.path and model.dtype on the backend's device, expecting the
+  // quantization `method`, with this rank's tensor-parallel group.
+  ModelLoad model_load(const RunSpec& spec, const std::string& method, Communicator* tp) const;
   // After a flow loads its model: direct INT8 quantization when the run asks for it (calibrating on
   // `calibration`, the serialized CalibrationSet rank 0 sent every rank), the projections handed to
   // the device backend, and what the result file records of the model.

@@ -160,7 +160,7 @@ const std::vector<KeySpec>& key_specs() {
        .help = "compute precision of the weights and activations",
        .apply = [](RunSpec& r, const Scalar& v) { r.model.dtype = static_cast<DType>(v.choice); }},
       {.section = "model", .key = "device", .kind = Kind::enumeration, .choices = {"cpu", "cuda", "aiu"}, .default_note = "\"cpu\"",
-       .help = "where the projections run: the host (cpu), cuda:<local rank> (a build with CUDA), or an AIU through its backend plugin (docs/devices.md)",
+       .help = "where the model runs: the host (cpu), the whole model on cuda:<local rank> (a build with CUDA), or the host with its projections on an AIU through its backend plugin (docs/devices.md)",
        .apply = [](RunSpec& r, const Scalar& v) { r.model.device = static_cast<Device>(v.choice); }},
       // [task]
       {.section = "task", .key = "kind", .kind = Kind::enumeration, .choices = task_kind_names(), .required = true, .default_note = "(required)",

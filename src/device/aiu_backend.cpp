@@ -146,6 +146,7 @@ class AiuBackend final : public Backend {
     const char* r = session_->api().report(session_->handle());
     return std::string("plugin: ") + (r != nullptr ? r : "");
   }
+  std::string model_device() const override { return "cpu"; }  // the plugin takes the projections
   bool takes_projections() const override { return true; }
   quant::LinearPtr adopt(quant::LinearPtr host, const std::string& name) override {
     return std::make_unique<AiuLinear>(std::move(host), name, session_);

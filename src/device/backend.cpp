@@ -25,10 +25,11 @@ std::string host_compute(DType d) {
   return "float32";
 }
 
-// The projections of a backend that takes them over run on float32 rows on the host side: the
-// models' bf16 path and quantized layers do not go through a plain float projection.
-void check_offload(const RunSpec& spec, const std::string& device, std::vector<Problem>& problems) {
-  if (spec.model.dtype == DType::bf16) {
+// Quantized layers (src/quant) compute on the host: a device that is not the host runs float
+// checkpoints only. The AIU's projections take float32 rows through the plugin, so it runs no bf16
+// either; CUDA runs the whole model in fp32, fp16 or bf16.
+void check_float_only(const RunSpec& spec, const std::string& device, std::vector<Problem>& problems) {
+  if (spec.model.device == Device::aiu && spec.model.dtype == DType::bf16) {
     problems.push_back({"model.dtype", "\"bf16\" is not available with model.device = \"" + device +
                                            "\": use \"fp16\" or \"fp32\" (README \"Devices\")"});
   }
@@ -36,9 +37,24 @@ void check_offload(const RunSpec& spec, const std::string& device, std::vector<P
   if (q.direct || (q.method != "auto" && q.method != "none")) {
     problems.push_back({"quantization.method", "\"" + q.method + "\"" + (q.direct ? " with direct = true" : "") +
                                                    ": model.device = \"" + device +
-                                                   "\" runs float checkpoints only (its projections take float "
-                                                   "weights)"});
+                                                   "\" runs float checkpoints only (the quantized kernels run on "
+                                                   "the host)"});
   }
+  if (q.lm_head != "float") {
+    problems.push_back({"quantization.lm_head", "\"" + q.lm_head + "\": model.device = \"" + device +
+                                                    "\" runs float checkpoints only (the quantized kernels run on "
+                                                    "the host)"});
+  }
+}
+
+// A model's compute dtype on a device that runs the whole model (CUDA): what model.dtype says.
+std::string device_compute(DType d) {
+  switch (d) {
+    case DType::bf16: return "bfloat16";
+    case DType::fp16: return "float16";
+    case DType::fp32: break;
+  }
+  return "float32";
 }
 
 class CpuBackend final : public Backend {
@@ -47,6 +63,7 @@ class CpuBackend final : public Backend {
   std::string describe() const override { return "cpu"; }
   std::string compute_dtype(const std::string& host) const override { return host; }
   std::string usage() const override { return ""; }
+  std::string model_device() const override { return "cpu"; }
   bool takes_projections() const override { return false; }
   quant::LinearPtr adopt(quant::LinearPtr host, const std::string&) override { return host; }
 };
@@ -124,18 +141,17 @@ RankPlan plan_rank(const RunSpec& spec, const RankPlace& place, const EnvLookup&
             {"model.device", "\"cuda\" is not available: this evalrun was built against a CPU-only libtorch. Build "
                              "it against a CUDA-enabled one, e.g. cmake -S . -B build -DCMAKE_PREFIX_PATH=\"$(python3 "
                              "-c 'import torch; print(torch.utils.cmake_prefix_path)')\" (README \"Devices\")"});
-        break;
+      } else {
+        try {
+          p.cuda_index = cuda_device_index(place.local_rank, place.local_size, cuda_device_count());
+          p.device = "cuda:" + std::to_string(p.cuda_index);
+        } catch (const InputError& e) {
+          p.problems.push_back({e.where(), e.detail()});
+        }
       }
-      try {
-        p.cuda_index = cuda_device_index(place.local_rank, place.local_size, cuda_device_count());
-        p.device = "cuda:" + std::to_string(p.cuda_index);
-      } catch (const InputError& e) {
-        p.problems.push_back({e.where(), e.detail()});
-      }
-      check_offload(spec, "cuda", p.problems);
-      const std::string proj = spec.model.dtype == DType::fp16 ? "float16" : "float32";
-      p.compute = "projections " + proj + " on " + p.device + "; embeddings, norms, attention and heads " + host +
-                  " on the host";
+      check_float_only(spec, "cuda", p.problems);
+      p.compute = "the whole model " + device_compute(spec.model.dtype) + " on " + p.device +
+                  " (weights, activations, attention, norms, KV cache); logits and results copied to the host";
       break;
     }
     case Device::aiu: {
@@ -145,7 +161,7 @@ RankPlan plan_rank(const RunSpec& spec, const RankPlace& place, const EnvLookup&
       p.card = e.card;
       p.notes = e.notes;
       p.problems = e.problems;
-      check_offload(spec, "aiu", p.problems);
+      check_float_only(spec, "aiu", p.problems);
       if (!spec.aiu.plugin.empty()) {
         p.plugin = spec.aiu.plugin;
         p.plugin_from = "aiu.plugin";

@@ -1,13 +1,13 @@
-// Devices behind one interface. The models are built on the host (src/model) and know nothing of
-// devices; a Backend then takes over what its device runs, through the models' projection hook
-// (linear_sites / replace_linear): every projection (q|k|v, attention output, MLP) is wrapped so that
-// it runs on the device, while embeddings, norms, attention scores, heads and sampling stay on the
-// host (README "Devices" says why). Flows and commands ask the backend, never the device kind:
-//   cpu   the host layers stay as they are (fp32, bf16, or fp16 weights computed in float32);
-//   cuda  projections on cuda:<local rank> through a CUDA-enabled libtorch (built only when CMake
-//         finds one; EVALRUN_HAVE_CUDA);
-//   aiu   the AIU environment set up per rank (aiu_env.hpp) and projections through a backend plugin
-//         loaded at run time (aiu_plugin.h).
+// Devices behind one interface. The models (src/model) build themselves on the host and compute on
+// the torch device they are given (ModelLoad::device); a Backend says which one that is and takes over
+// whatever else its device needs. Flows and commands ask the backend, never the device kind:
+//   cpu   the model on the host (fp32, bf16, or fp16 weights computed in float32);
+//   cuda  the whole model on cuda:<local rank> through a CUDA-enabled libtorch (built only when CMake
+//         finds one; EVALRUN_HAVE_CUDA): weights, activations, attention, norms and the KV cache stay
+//         there, only logits and results come back to the host;
+//   aiu   the model on the host, the AIU environment set up per rank (aiu_env.hpp) and its
+//         projections (q|k|v, attention output, MLP) run through a backend plugin loaded at run time
+//         (aiu_plugin.h), via the models' projection hook (linear_sites / replace_linear).
 // Plain C++: no torch in this header.
 #pragma once
 
@@ -57,7 +57,14 @@ class Backend {
   // Work done so far (plugin calls, ...), "" when there is nothing to say.
   virtual std::string usage() const = 0;
 
-  // Whether the backend takes the projections over (false: the host layers stay).
+  // Where the model's tensors live and compute, as a torch device string ("cpu", "cuda:1"):
+  // ModelLoad::device.
+  virtual std::string model_device() const = 0;
+  // For ModelLoad::device_sync: set when the model sits on a device whose memory this MPI takes in
+  // its collectives (a CUDA-aware Open MPI); empty: tensor-parallel sums are staged through the host.
+  virtual std::function<void()> device_sync() const { return {}; }
+
+  // Whether the backend takes the projections over (false: the model's layers stay).
   virtual bool takes_projections() const = 0;
   // The layer the model calls instead of `host` (which it keeps for weight_f32() and export).
   // `name`: the checkpoint layers the site holds.

@@ -1,6 +1,9 @@
 #include "dist/mpi_world.hpp"
 
 #include <mpi.h>
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // Open MPI's extensions: MPIX_Query_cuda_support
+#endif
 
 #include <chrono>
 #include <algorithm>
@@ -12,6 +15,15 @@
 #include "common/errors.hpp"
 
 namespace evalrun {
+
+bool mpi_takes_cuda_memory() {
+#if defined(MPIX_CUDA_AWARE_SUPPORT)
+  // The macro says what the library was built with; the call what the loaded one supports.
+  return MPIX_Query_cuda_support() == 1;
+#else
+  return false;
+#endif
+}
 namespace {
 void check(int rc, const char* what) {
   if (rc != MPI_SUCCESS) throw std::runtime_error(std::string("MPI call failed: ") + what);

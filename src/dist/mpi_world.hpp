@@ -12,6 +12,10 @@
 
 namespace evalrun {
 
+// Whether this MPI library accepts CUDA device memory in its collectives (Open MPI built with CUDA:
+// MPIX_Query_cuda_support at run time). False for an MPI that cannot say.
+bool mpi_takes_cuda_memory();
+
 class MpiWorld {
  public:
   MpiWorld(int* argc, char*** argv);  // MPI_Init (only once per process)

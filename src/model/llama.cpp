@@ -13,9 +13,12 @@
 //    permute copies). Work
 //    buffers live in Workspaces that grow to the largest batch seen and are reused, so decode steps do
 //    not allocate big blocks (and do not page-fault; see model::tune_malloc_once).
-//  * torch ops (bfloat16, or float32 without oneDNN), written like transformers' eager code so that
-//    bfloat16 rounds where HF's model.to(torch.bfloat16) rounds: products, residual adds and the SiLU
-//    gate in bfloat16; RMSNorm statistics, RoPE angles and softmax in float32.
+//  * torch ops (bfloat16, float32 without oneDNN, and every run off the host: float32, bfloat16 or
+//    float16 on a GPU), written like transformers' eager code so that bfloat16 rounds where HF's
+//    model.to(torch.bfloat16) rounds: products, residual adds and the SiLU gate in bfloat16; RMSNorm
+//    statistics, RoPE angles and softmax in float32. Its tensors (weights, cache, activations) sit on
+//    the model's device (Weights::device); ids, positions and masks go there once per call, and only
+//    the logits and hidden states come back (host_floats).
 //
 // Tensor parallelism (a Communicator of T ranks passed to load): rank r holds attention heads
 // [r nh/T, (r+1) nh/T) and the key/value heads they read (split when T divides num_key_value_heads,
@@ -252,13 +255,6 @@ struct LlamaModel::Impl : model::Weights {
       for (std::int64_t n = 0; n < N; ++n) y[m * ldy + n] += alpha * part[m * N + n];
     }
   }
-  // The torch path's partial product summed over the group (in float32: MPI has no bfloat16).
-  Tensor summed(const Tensor& partial) {
-    if (!split()) return partial;
-    Tensor f = partial.to(torch::kFloat32).contiguous();
-    tp->allreduce_sum(f.data_ptr<float>(), static_cast<std::size_t>(f.numel()));
-    return f.to(partial.scalar_type());
-  }
   // RMSNorm's weight offset: Gemma scales by (1 + w).
   float norm_offset() const { return cfg.norm_weight_plus_one ? 1.0f : 0.0f; }
   float attention_scale() const {
@@ -486,7 +482,7 @@ struct LlamaModel::Impl : model::Weights {
     Tensor p = torch::softmax(linear_t(a, L.router, Tensor()).to(torch::kFloat32), 1);
     auto top = torch::topk(p, K, -1);
     Tensor tw = std::get<0>(top), ti = std::get<1>(top);
-    const Tensor chosen = ti.contiguous();
+    const Tensor chosen = ti.to(torch::kCPU).contiguous();
     count_routes(layer, chosen.data_ptr<std::int64_t>(), chosen.size(0));
     tw = (tw / tw.sum(-1, true)).to(a.scalar_type());
     Tensor out = torch::zeros_like(a);
@@ -502,7 +498,7 @@ struct LlamaModel::Impl : model::Weights {
     return out;
   }
 
-  // ---- torch path (bfloat16, or float32 without oneDNN) ------------------------------------
+  // ---- torch path (bfloat16, float32 without oneDNN, any run off the host) -------------------
 
   // LlamaRMSNorm, or nn.LayerNorm (computed in float32 around torch's bfloat16 kernel, as
   // RobertaModel does: the same values, much faster on the CPU).
@@ -558,39 +554,36 @@ struct LlamaModel::Impl : model::Weights {
     const std::int64_t qw = q_width(), kvw = kv_width();
     const std::int64_t len0 = cache.length(), T = len0 + seq;
     auto keep = [&](const Tensor& t) {
-      if (hidden == nullptr) return;
-      Tensor f = t.to(torch::kFloat32).contiguous();
-      hidden->emplace_back(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+      if (hidden != nullptr) hidden->push_back(model::host_floats(t));
     };
 
-    Tensor id_t = torch::from_blob(const_cast<std::int64_t*>(ids), {M}, torch::kInt64);
-    Tensor x = embed.index_select(0, id_t);
+    Tensor x = embed.index_select(0, model::int64_on(ids, {M}, device));
     if (c.embedding_multiplier_in_dtype) {
       x = x * torch::scalar_tensor(c.embedding_multiplier, x.options());  // Gemma's normalizer tensor
     } else if (c.embedding_multiplier != 1.0) {
       x = x * c.embedding_multiplier;
     }
-    Tensor pos = torch::from_blob(const_cast<std::int64_t*>(positions), {batch, seq}, torch::kInt64);
+    const Tensor pos = model::int64_on(positions, {batch, seq}, device);
     if (c.learned_positions) x = x + positions_emb.index_select(0, pos.reshape({M}));  // GPT-2: wte + wpe
     keep(x);
 
     Tensor cos, sin;
     if (!c.learned_positions) {
       Tensor freqs = (pos.to(torch::kFloat32) / position_divisor()).unsqueeze(-1) *
-                     row_inv_freq(positions, batch, seq).unsqueeze(1);  // [B, L, d/2]
+                     row_inv_freq(positions, batch, seq).to(device).unsqueeze(1);  // [B, L, d/2]
       Tensor emb = torch::cat({freqs, freqs}, -1).unsqueeze(1);                        // [B, 1, L, d]
       cos = emb.cos().to(st);
       sin = emb.sin().to(st);
     }
 
     // Additive mask [B, 1, L, T] in float32: 0 where allowed, float's lowest elsewhere.
-    Tensor km = torch::from_blob(const_cast<std::int64_t*>(key_mask), {batch, 1, 1, T}, torch::kInt64);
-    Tensor key_idx = torch::arange(T, torch::kInt64).view({1, 1, 1, T});
-    Tensor query_idx = torch::arange(len0, T, torch::kInt64).view({1, 1, seq, 1});
+    const Tensor km = model::int64_on(key_mask, {batch, 1, 1, T}, device);
+    const Tensor key_idx = torch::arange(T, on_device(torch::kInt64)).view({1, 1, 1, T});
+    const Tensor query_idx = torch::arange(len0, T, on_device(torch::kInt64)).view({1, 1, seq, 1});
     Tensor allowed = (km != 0).logical_and(key_idx <= query_idx);
     // Mistral's sliding window: keys j <= p - W - 1 are masked as well.
     if (c.sliding_window > 0) allowed = allowed.logical_and(key_idx >= query_idx - c.sliding_window);
-    Tensor mask_add = torch::zeros({batch, 1, seq, T}, torch::kFloat32)
+    Tensor mask_add = torch::zeros({batch, 1, seq, T}, on_device(torch::kFloat32))
                           .masked_fill(allowed.logical_not(), std::numeric_limits<float>::lowest());
     // Rows with nothing allowed get a zero context (see the file comment).
     Tensor any_allowed = allowed.any(-1, true).to(st);  // [B, 1, L, 1]
@@ -650,8 +643,8 @@ struct LlamaModel::Impl : model::Weights {
     auto cache = std::make_unique<LlamaCache>(batch, capacity);
     // Zero-filled: the pages are touched now rather than during decode steps.
     for (std::int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
-      cache->k.push_back(torch::zeros({batch, kv_heads, capacity, cfg.head_dim}, st));
-      cache->v.push_back(torch::zeros({batch, kv_heads, capacity, cfg.head_dim}, st));
+      cache->k.push_back(torch::zeros({batch, kv_heads, capacity, cfg.head_dim}, on_device()));
+      cache->v.push_back(torch::zeros({batch, kv_heads, capacity, cfg.head_dim}, on_device()));
     }
     return cache;
   }
@@ -684,14 +677,14 @@ struct LlamaModel::Impl : model::Weights {
     return out;
   }
 
-  std::vector<const Tensor*> tensors() const override {
-    std::vector<const Tensor*> out{&embed, &final_norm};
+  std::vector<Tensor*> tensors() override {
+    std::vector<Tensor*> out{&embed, &final_norm};
     if (lm_head.defined()) out.push_back(&lm_head);
-    for (const Tensor* t : {&positions_emb, &final_norm_b}) {
+    for (Tensor* t : {&positions_emb, &final_norm_b}) {
       if (t->defined()) out.push_back(t);
     }
-    for (const auto& L : layers) {
-      for (const Tensor* t : {&L.attn_norm, &L.mlp_norm, &L.attn_norm_b, &L.mlp_norm_b, &L.router}) {
+    for (auto& L : layers) {
+      for (Tensor* t : {&L.attn_norm, &L.mlp_norm, &L.attn_norm_b, &L.mlp_norm_b, &L.router}) {
         if (t->defined()) out.push_back(t);
       }
     }
@@ -723,10 +716,7 @@ struct LlamaModel::Impl : model::Weights {
       return out;
     }
     Tensor sel = x;
-    if (!rows.empty()) {
-      Tensor idx = torch::tensor(rows, torch::kInt64);
-      sel = x.index_select(0, idx);
-    }
+    if (!rows.empty()) sel = x.index_select(0, model::int64_on(rows.data(), {static_cast<std::int64_t>(rows.size())}, device));
     return norm_t(sel, final_norm, final_norm_b);
   }
 
@@ -751,8 +741,7 @@ struct LlamaModel::Impl : model::Weights {
     }
     Tensor y = linear_t(h, lm_head, Tensor());
     if (cfg.logits_scaling != 1.0) y = y / cfg.logits_scaling;
-    y = y.to(torch::kFloat32).contiguous();
-    std::memcpy(logits.data(), y.data_ptr<float>(), sizeof(float) * R * V);
+    logits = model::host_floats(y);
   }
 };
 
@@ -905,7 +894,8 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const ModelLoad& how_to) {
   for (const auto& name : ckpt.names()) {
     if (!used.count(name)) throw InputError(ckpt.dir() + ": tensor '" + name + "'", "unexpected tensor for this architecture");
   }
-  if (!c.learned_positions) m.inv_freq = rope_inv_freq(c);
+  if (!c.learned_positions) m.inv_freq = rope_inv_freq(c);  // stays on the host: rope tables are made there
+  m.finish_load();
   return std::unique_ptr<LlamaModel>(new LlamaModel(std::move(impl)));
 }
 
@@ -992,8 +982,7 @@ std::vector<std::vector<float>> LlamaModel::hidden_states(const std::int64_t* id
   m.counted_rows.clear();  // not part of the run's expert load
   std::vector<std::vector<float>> out;
   Tensor x = m.run_layers(ids, positions.data(), key_mask.data(), batch, seq, cache, &out);
-  Tensor h = m.final_normed(x, {}).to(torch::kFloat32).contiguous();
-  out.emplace_back(h.data_ptr<float>(), h.data_ptr<float>() + h.numel());
+  out.push_back(model::host_floats(m.final_normed(x, {})));
   return out;
 }
 

@@ -28,21 +28,31 @@ void tune_malloc_once() {
   });
 }
 
-torch::Tensor Workspace::get(const std::vector<std::int64_t>& shape, torch::ScalarType st) {
+torch::Tensor Workspace::get(const std::vector<std::int64_t>& shape, const torch::TensorOptions& options) {
   std::int64_t n = 1;
   for (auto d : shape) n *= d;
-  if (!storage.defined() || storage.numel() < n || storage.scalar_type() != st) {
+  const auto st = c10::typeMetaToScalarType(options.dtype());
+  if (!storage.defined() || storage.numel() < n || storage.scalar_type() != st || storage.device() != options.device()) {
     storage = torch::Tensor();  // release first so peak memory is not old + new
-    storage = torch::empty({n}, torch::TensorOptions().dtype(st));
+    storage = torch::empty({n}, options);
   }
   return storage.narrow(0, 0, n).view(shape);
+}
+
+std::vector<float> host_floats(const torch::Tensor& t) {
+  const torch::Tensor f = t.to(torch::kCPU, torch::kFloat32).contiguous();
+  return {f.data_ptr<float>(), f.data_ptr<float>() + f.numel()};
+}
+
+torch::Tensor int64_on(const std::int64_t* p, const std::vector<std::int64_t>& shape, const torch::Device& device) {
+  return torch::from_blob(const_cast<std::int64_t*>(p), shape, torch::kInt64).to(device);
 }
 
 torch::Tensor pre_transposed(const torch::Tensor& w) { return w.t().contiguous(); }
 
 void matmul_into(torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& w_t, float beta) {
   const std::int64_t m = x.size(0), k = x.size(1), n = w_t.size(1);
-  if (x.scalar_type() == torch::kFloat32 && ops::have_onednn_sgemm()) {
+  if (x.scalar_type() == torch::kFloat32 && x.device().is_cpu() && ops::have_onednn_sgemm()) {
     ops::sgemm('N', 'N', m, n, k, 1.0f, x.data_ptr<float>(), k, w_t.data_ptr<float>(), n, beta, y.data_ptr<float>(), n);
     return;
   }
@@ -58,6 +68,7 @@ void matmul_into(torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& 
 
 bool linear_bf16(torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& w, ops::Bf16Layout layout,
                  const torch::Tensor& bias, float beta) {
+  if (!x.device().is_cpu()) return false;  // the kernels below read host memory
   const std::int64_t m = x.size(0), k = x.size(1), n = y.size(1);
   const bool rows = layout == ops::Bf16Layout::out_in && beta == 0.0f && m <= ops::kBf16RowsMax &&
                     ops::have_bf16_rows_kernel();
@@ -73,7 +84,9 @@ bool linear_bf16(torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& 
 }
 
 torch::Tensor matmul(const torch::Tensor& a, const torch::Tensor& b) {
-  if (a.scalar_type() != torch::kBFloat16 || ops::have_native_bf16_gemm()) return at::matmul(a, b);
+  if (a.scalar_type() != torch::kBFloat16 || !a.device().is_cpu() || ops::have_native_bf16_gemm()) {
+    return at::matmul(a, b);
+  }
   return at::matmul(a.to(torch::kFloat32), b.to(torch::kFloat32)).to(torch::kBFloat16);
 }
 

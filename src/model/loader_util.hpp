@@ -28,11 +28,19 @@ std::string shape_string(const std::vector<std::int64_t>& shape);
 // first-touched 4 KiB page on these VMs).
 void tune_malloc_once();
 
-// A flat buffer handed out as views of the size asked for; grows, never shrinks.
+// A flat buffer handed out as views of the size asked for; grows, never shrinks. `options`: dtype
+// and device (a bare dtype: on the host).
 struct Workspace {
   torch::Tensor storage;
-  torch::Tensor get(const std::vector<std::int64_t>& shape, torch::ScalarType st);
+  torch::Tensor get(const std::vector<std::int64_t>& shape, const torch::TensorOptions& options);
 };
+
+// The values of a tensor of any dtype on any device, as host float32 (outputs leave the device here).
+std::vector<float> host_floats(const torch::Tensor& t);
+
+// An int64 host array (ids, positions, masks) as a tensor of `shape` on `device`: a view of the
+// caller's memory on the host (valid while it is), a copy elsewhere.
+torch::Tensor int64_on(const std::int64_t* p, const std::vector<std::int64_t>& shape, const torch::Device& device);
 
 // w.t() made contiguous: [out, in] -> [in, out], so a linear layer is one row-major GEMM.
 torch::Tensor pre_transposed(const torch::Tensor& w);

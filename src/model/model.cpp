@@ -2,9 +2,11 @@
 
 #include <ATen/Parallel.h>
 
+#include <set>
 #include <utility>
 
 #include "model/weights.hpp"
+#include "quant/dense.hpp"
 
 namespace evalrun {
 
@@ -17,7 +19,28 @@ quant::LinearPtr Model::replace_linear(std::size_t site, quant::LinearPtr layer)
 
 std::string Model::quantization() const { return weights().quant.describe(); }
 
-const char* Model::compute_dtype() const { return weights().st == at::kBFloat16 ? "bfloat16" : "float32"; }
+const char* Model::compute_dtype() const {
+  switch (weights().st) {
+    case at::kBFloat16: return "bfloat16";
+    case at::kHalf: return "float16";
+    default: return "float32";
+  }
+}
+
+std::string Model::device() const {
+  model::Weights& w = weights();
+  std::set<std::string> where;
+  for (const at::Tensor* t : w.tensors()) {
+    if (t->defined()) where.insert(t->device().str());
+  }
+  for (const auto& slot : w.slots()) {
+    const auto* dense = dynamic_cast<const quant::DenseLinear*>(slot.layer->get());
+    where.insert(dense != nullptr ? dense->weight().device().str() : "cpu");  // quantized layers: host memory
+  }
+  std::string all;
+  for (const auto& d : where) all += (all.empty() ? "" : ", ") + d;
+  return where.size() == 1 ? all : "mixed (" + all + ")";
+}
 
 std::size_t Model::weight_bytes() const {
   model::Weights& w = weights();

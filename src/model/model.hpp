@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -24,13 +25,21 @@ struct Weights;
 struct ModelLoad {
   std::string dir;  // Hugging Face checkpoint directory (config.json + safetensors)
   DType dtype = DType::fp32;
-  Device device = Device::cpu;  // the model is built on the host; src/device takes its projections over
+  // Where the model's tensors live and compute, a torch device string: "cpu", or "cuda:1" for
+  // model.device = "cuda" (device::Backend::model_device). Weights are read on the host and moved there
+  // once; weights, activations, attention, norms and the KV cache then stay there, and only the
+  // outputs (logits, hidden states) come back to the host.
+  std::string device = "cpu";
   // The run's [quantization] method: "auto" takes whatever the checkpoint holds; otherwise it must
   // match (InputError naming quantization.method). "none" for a float checkpoint to quantize.
   std::string quantization_method = "auto";
   // The tensor-parallel group this rank belongs to (null or size 1: the whole model). The model then
   // holds only this rank's part of the projections and every rank of the group runs the same inputs.
   Communicator* tp = nullptr;
+  // Off the host with an MPI that takes device memory (a CUDA-aware Open MPI): waits until the device
+  // has finished the work queued so far, after which `tp`'s all-reduce is handed device memory.
+  // Empty: the partial sums are staged through host memory (a copy that waits by itself).
+  std::function<void()> device_sync{};
 };
 
 // The sizes that say what a batch costs and how long a sequence may be (task/input_limits.hpp).
@@ -68,8 +77,11 @@ class Model {
 
   // How the checkpoint's layers are stored ("none", "gptq w4 g32 asym act_order", ...).
   std::string quantization() const;
-  // What the arithmetic runs in: "float32" or "bfloat16".
+  // What the arithmetic runs in: "float32", "bfloat16" or "float16".
   const char* compute_dtype() const;
+  // Where the model's weights are ("cpu", "cuda:0"), read off every tensor and float layer it holds:
+  // ModelLoad::device after a load; "mixed (cpu, cuda:0)" would be a bug.
+  std::string device() const;
   // Bytes of weights this rank holds (projections, embeddings, norms, heads).
   std::size_t weight_bytes() const;
 

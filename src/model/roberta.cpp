@@ -7,7 +7,8 @@
 // pre-transposed and contiguous ([in, out]) so a product is one row-major GEMM; the query, key and
 // value projections are fused into one [hidden, 3 * hidden] weight. Float32 attention runs per
 // (sequence, head) straight on the fused QKV buffer with strided sgemm calls (ops/attention.hpp, no
-// permute copies); bfloat16 attention uses batched torch matmuls.
+// permute copies); the torch path (bfloat16, and every run off the host, whose tensors sit on the
+// model's device: Weights::device) uses batched torch matmuls.
 //
 // Tensor parallelism (a Communicator of T ranks passed to load): rank r holds attention heads
 // [r nh/T, (r+1) nh/T) of query, key and value (column-parallel) and intermediate columns
@@ -165,15 +166,13 @@ struct RobertaModel::Impl : model::Weights {
       }
       return;
     }
-    Tensor part = buf_part.get({M, N}, st);
+    Tensor part = buf_part.get({M, N}, on_device());
     if (fast_fp32()) {
       layer->forward(x.data_ptr<float>(), M, K, part.data_ptr<float>(), N, 1.0f, 0.0f);
     } else {
       torch_linear(part, x, layer, 0.0f);
     }
-    Tensor f = part.scalar_type() == torch::kFloat32 ? part : part.to(torch::kFloat32);  // MPI has no bfloat16
-    tp->allreduce_sum(f.data_ptr<float>(), static_cast<std::size_t>(f.numel()));
-    y.add_(f.to(y.scalar_type()));
+    y.add_(summed(part));
   }
   bool scale_folded = false;  // torch attention path: 1/sqrt(head_dim) is in the query weights
 
@@ -199,8 +198,7 @@ struct RobertaModel::Impl : model::Weights {
                                                "] is outside type_vocab_size " + std::to_string(cfg.type_vocab_size));
       }
     }
-    Tensor t = torch::from_blob(const_cast<std::int64_t*>(type_ids), {batch * seq}, torch::kInt64);
-    x.add_(type_emb.index_select(0, t));
+    x.add_(type_emb.index_select(0, model::int64_on(type_ids, {batch * seq}, device)));
   }
 
   // RoBERTa: position ids as HF create_position_ids_from_input_ids: running count of non-pad tokens,
@@ -244,7 +242,7 @@ struct RobertaModel::Impl : model::Weights {
         }
       }
     }
-    return pos;
+    return pos.to(device);
   }
 
   // LayerNorm with float32 weight and bias. torch's bfloat16 LayerNorm computes in float32
@@ -280,7 +278,7 @@ struct RobertaModel::Impl : model::Weights {
       ops::attention_f32(a, q, k, v, mask, ctx.data_ptr<float>(), seq * H, H);
       return;
     }
-    // Torch path (bfloat16, or float32 without oneDNN), one sequence at a time so the scores stay
+    // Torch path (bfloat16, float32 without oneDNN, any run off the host), one sequence at a time so the scores stay
     // in cache. The products run in the compute dtype like HF; the scores are converted to float32
     // for the mask and softmax, which is what torch's bfloat16 softmax does inside anyway (its own
     // kernel is slower than the conversion), and the probabilities are rounded back for P @ V.
@@ -291,7 +289,7 @@ struct RobertaModel::Impl : model::Weights {
       Tensor q = qkv5[b].select(1, 0).permute({1, 0, 2});    // [nh, L, d]
       Tensor k_t = qkv5[b].select(1, 1).permute({1, 2, 0});  // [nh, d, L]
       Tensor v = qkv5[b].select(1, 2).permute({1, 0, 2});    // [nh, L, d]
-      Tensor scores = buf_scores.get({nh, seq, seq}, torch::kFloat32);
+      Tensor scores = buf_scores.get({nh, seq, seq}, on_device(torch::kFloat32));
       scores.copy_(model::matmul(q, k_t));
       if (!scale_folded) scores.div_(std::sqrt(static_cast<double>(d)));
       scores.add_(mask_add[b].view({1, 1, seq}));
@@ -309,33 +307,30 @@ struct RobertaModel::Impl : model::Weights {
     const std::int64_t H = cfg.hidden_size, M = batch * seq;
 
     Tensor pos = position_ids(ids, batch, seq);
-    Tensor id_t = torch::from_blob(const_cast<std::int64_t*>(ids), {M}, torch::kInt64);
-    Tensor x = word_emb.index_select(0, id_t);
+    Tensor x = word_emb.index_select(0, model::int64_on(ids, {M}, device));
     add_token_types(x, type_ids, batch, seq);
     x.add_(pos_emb.index_select(0, pos));
     Tensor h = layer_norm(x, emb_ln_w, emb_ln_b);
     x = Tensor();
 
     // Additive mask like HF: (1 - mask) * lowest value (applied to float32 scores on every path).
-    Tensor mask_t = torch::from_blob(const_cast<std::int64_t*>(mask), {batch, seq}, torch::kInt64);
+    Tensor mask_t = model::int64_on(mask, {batch, seq}, device);
     Tensor mask_add = (mask_t == 0).to(torch::kFloat32).mul_(std::numeric_limits<float>::lowest());
 
     auto keep = [&](const Tensor& t) {
-      if (hidden == nullptr) return;
-      Tensor f = t.to(torch::kFloat32).contiguous();
-      hidden->emplace_back(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+      if (hidden != nullptr) hidden->push_back(model::host_floats(t));
     };
     keep(h);
 
     for (const Layer& L : layers) {
       const std::int64_t A = attn_width();
-      Tensor qkv = buf_qkv.get({M, 3 * A}, st);
+      Tensor qkv = buf_qkv.get({M, 3 * A}, on_device());
       if (fast_fp32()) {
         L.qkv->forward(h.data_ptr<float>(), M, H, qkv.data_ptr<float>(), 3 * A, 1.0f, 0.0f);
       } else {
         torch_linear(qkv, h, L.qkv, 0.0f);
       }
-      Tensor ctx = buf_ctx.get({M, A}, st);
+      Tensor ctx = buf_ctx.get({M, A}, on_device());
       attention(qkv, mask, mask_add, batch, seq, ctx);
       // h += ctx @ W_o + b_o (the residual is h itself: it is not needed afterwards)
       row_parallel(L.attn_out, ctx, h);
@@ -343,7 +338,7 @@ struct RobertaModel::Impl : model::Weights {
       h = Tensor();
 
       const std::int64_t I = inter;
-      Tensor act = buf_inter.get({M, I}, st);
+      Tensor act = buf_inter.get({M, I}, on_device());
       if (fast_fp32()) {
         L.inter->forward(a.data_ptr<float>(), M, H, act.data_ptr<float>(), I, 1.0f, 0.0f);
       } else {
@@ -373,16 +368,16 @@ struct RobertaModel::Impl : model::Weights {
     return out;
   }
 
-  std::vector<const Tensor*> tensors() const override {
-    std::vector<const Tensor*> out{&word_emb, &pos_emb, &type_emb, &emb_ln_w, &emb_ln_b, &qa_w_t, &qa_b,
+  std::vector<Tensor*> tensors() override {
+    std::vector<Tensor*> out{&word_emb, &pos_emb, &type_emb, &emb_ln_w, &emb_ln_b, &qa_w_t, &qa_b,
                                    &lm_dense_w_t, &lm_dense_b, &lm_ln_w, &lm_ln_b, &decoder_w, &decoder_b};
-    for (const auto& L : layers) {
-      for (const Tensor* t : {&L.attn_ln_w, &L.attn_ln_b, &L.out_ln_w, &L.out_ln_b}) out.push_back(t);
+    for (auto& L : layers) {
+      for (Tensor* t : {&L.attn_ln_w, &L.attn_ln_b, &L.out_ln_w, &L.out_ln_b}) out.push_back(t);
     }
     return out;
   }
 
-  // y = x @ w^T + b for w [N, K] as stored (the tied decoder), float32 result.
+  // y = x @ w^T + b for w [N, K] as stored (the tied decoder), in the compute dtype.
   Tensor linear_nt(const Tensor& x, const Tensor& w, const Tensor& b) const {
     if (fast_fp32()) {
       const std::int64_t m = x.size(0), k = x.size(1), n = w.size(0);
@@ -393,7 +388,7 @@ struct RobertaModel::Impl : model::Weights {
                    n);
       return y;
     }
-    return at::addmm(b, x, w.t()).to(torch::kFloat32);
+    return at::addmm(b, x, w.t());
   }
 };
 
@@ -510,6 +505,7 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const ModelLoad& how_to) {
     }
   }
   r.check_no_unexpected();
+  m.finish_load();
   return std::unique_ptr<RobertaModel>(new RobertaModel(std::move(impl)));
 }
 
@@ -556,9 +552,9 @@ void RobertaModel::question_answering(const std::int64_t* ids, const std::int64_
   }
   torch::InferenceMode guard;
   Tensor h = impl_->encode(ids, mask, type_ids, batch, seq, nullptr);
-  Tensor logits = at::addmm(impl_->qa_b, h, impl_->qa_w_t).to(torch::kFloat32).contiguous();  // [M, 2]
+  const std::vector<float> logits = model::host_floats(at::addmm(impl_->qa_b, h, impl_->qa_w_t));  // [M, 2]
   const std::int64_t M = batch * seq;
-  const float* p = logits.data_ptr<float>();
+  const float* p = logits.data();
   start.resize(M);
   end.resize(M);
   for (std::int64_t i = 0; i < M; ++i) {
@@ -590,8 +586,9 @@ void RobertaModel::masked_lm(const std::int64_t* ids, const std::int64_t* mask, 
   const std::int64_t n = static_cast<std::int64_t>(positions.size());
   logits.clear();
   if (n == 0) return;
-  Tensor idx = torch::empty({n}, torch::kInt64);
-  for (std::int64_t i = 0; i < n; ++i) idx.data_ptr<std::int64_t>()[i] = positions[i].first * seq + positions[i].second;
+  std::vector<std::int64_t> rows(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) rows[i] = positions[i].first * seq + positions[i].second;
+  const Tensor idx = model::int64_on(rows.data(), {n}, m.device);
   // RobertaLMHead: dense -> exact GELU (whatever hidden_act says) -> LayerNorm -> decoder; BERT's
   // BertPredictionHeadTransform applies hidden_act instead.
   Tensor x = at::addmm(m.lm_dense_b, h.index_select(0, idx), m.lm_dense_w_t);
@@ -601,8 +598,7 @@ void RobertaModel::masked_lm(const std::int64_t* ids, const std::int64_t* mask, 
     at::gelu_(x, "none");
   }
   x = m.layer_norm(x, m.lm_ln_w, m.lm_ln_b);
-  Tensor y = m.linear_nt(x, m.decoder_w, m.decoder_b).contiguous();
-  logits.assign(y.data_ptr<float>(), y.data_ptr<float>() + y.numel());
+  logits = model::host_floats(m.linear_nt(x, m.decoder_w, m.decoder_b));
 }
 
 std::vector<std::vector<float>> RobertaModel::hidden_states(const std::int64_t* ids, const std::int64_t* mask,

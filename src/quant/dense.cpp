@@ -31,14 +31,19 @@ void DenseLinear::forward(const float* x, std::int64_t M, std::int64_t ldx, floa
   }
 }
 
+void DenseLinear::move_to(const torch::Device& device) {
+  weight_ = weight_.to(device);
+  if (bias_.defined()) bias_ = bias_.to(device);
+}
+
 std::vector<float> DenseLinear::weight_f32() const {
-  torch::Tensor w = (transposed_ ? weight_.t() : weight_).to(torch::kFloat32).contiguous();
+  torch::Tensor w = (transposed_ ? weight_.t() : weight_).to(torch::kCPU, torch::kFloat32).contiguous();
   return {w.data_ptr<float>(), w.data_ptr<float>() + w.numel()};
 }
 
 std::vector<float> DenseLinear::bias_f32() const {
   if (!bias_.defined()) return {};
-  torch::Tensor b = bias_.to(torch::kFloat32).contiguous();
+  torch::Tensor b = bias_.to(torch::kCPU, torch::kFloat32).contiguous();
   return {b.data_ptr<float>(), b.data_ptr<float>() + b.numel()};
 }
 
@@ -48,7 +53,13 @@ std::size_t DenseLinear::resident_bytes() const {
   return n;
 }
 
-std::string DenseLinear::describe() const { return weight_.scalar_type() == torch::kBFloat16 ? "bfloat16" : "float32"; }
+std::string DenseLinear::describe() const {
+  switch (weight_.scalar_type()) {
+    case torch::kBFloat16: return "bfloat16";
+    case torch::kHalf: return "float16";
+    default: return "float32";
+  }
+}
 
 namespace {
 TensorToWrite float_tensor(const std::string& name, const std::vector<std::int64_t>& shape, const std::vector<float>& v) {
@@ -68,6 +79,7 @@ const DenseLinear& as_dense(const Linear& layer) {
   if (dense == nullptr) throw std::logic_error("a quantized layer reached the float-only torch path");
   return *dense;
 }
+DenseLinear& as_dense(Linear& layer) { return const_cast<DenseLinear&>(as_dense(static_cast<const Linear&>(layer))); }
 
 // ---- concatenation --------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-// DenseLinear: float weights held as a torch tensor (float32, or bfloat16 for the torch compute path),
+// DenseLinear: float weights held as a torch tensor (float32, or bfloat16 / float16 for the torch compute
+// path, on the model's device),
 // the layer every unquantized checkpoint loads into. Internal to the model and quant libraries.
 #pragma once
 
@@ -20,6 +21,10 @@ class DenseLinear final : public Linear {
   const torch::Tensor& bias() const { return bias_; }      // undefined when none
   bool transposed() const { return transposed_; }
 
+  // Moves the weight and bias to `device` (the model's, off the host: the torch path then multiplies
+  // there; forward() below reads host memory and is not called).
+  void move_to(const torch::Device& device);
+
   // Float32 storage only (the float32 fast path); the torch path uses weight() directly.
   void forward(const float* x, std::int64_t M, std::int64_t ldx, float* y, std::int64_t ldy, float alpha,
                float beta) override;
@@ -37,5 +42,6 @@ class DenseLinear final : public Linear {
 // The DenseLinear inside `layer` (InputError-free: throws std::logic_error when the layer is
 // quantized, which the loaders rule out before the torch path runs).
 const DenseLinear& as_dense(const Linear& layer);
+DenseLinear& as_dense(Linear& layer);
 
 }  // namespace evalrun::quant

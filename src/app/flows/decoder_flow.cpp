@@ -173,8 +173,7 @@ void DecoderFlow::load(const RunSpec& spec, const std::string& shard, const std:
     shared = b.get_string();
   }
   if (spec.quantization.direct) require_float_checkpoint(spec);
-  model_ = load_causal_lm({spec.model.path, spec.model.dtype, spec.model.device,
-                           spec.quantization.direct ? "none" : spec.quantization.method, tp});
+  model_ = load_causal_lm(model_load(spec, spec.quantization.direct ? "none" : spec.quantization.method, tp));
   install_model(spec, *model_, calibration, prov);
   if (spec.quantization.lm_head == "int8") {
     const std::string how = model_->quantize_lm_head_int8();

@@ -57,8 +57,7 @@ void EncoderFlow::load(const RunSpec& spec, const std::string& shard, const std:
   }
   refuse_direct_with_tp(spec);
   if (spec.quantization.direct) require_float_checkpoint(spec);
-  model_ = load_encoder({spec.model.path, spec.model.dtype, spec.model.device,
-                         spec.quantization.direct ? "none" : spec.quantization.method, tp});
+  model_ = load_encoder(model_load(spec, spec.quantization.direct ? "none" : spec.quantization.method, tp));
   if (model_->head() != head_) {
     throw InputError(spec.model.path + "/config.json",
                      std::string("the checkpoint's architecture has no head for task.kind = \"") +

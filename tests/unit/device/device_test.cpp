@@ -192,6 +192,29 @@ TEST(Plan, CudaInACpuOnlyBuildSaysHowToBuildIt) {
   EXPECT_EQ(e.where(), "model.device");
 }
 
+TEST(Plan, CudaRunsTheWholeFloatModelInEveryDtype) {
+  // What the plan says beside "not built with CUDA" holds for a CUDA build as well.
+  auto plan = [](const std::string& extra) {
+    return plan_rank(parse_run_spec("[run]\nname = \"t\"\n[model]\npath = \"m\"\ndevice = \"cuda\"\n" + extra +
+                                        "[task]\nkind = \"generate\"\nprompt_set = \"chat\"\n",
+                                    "t.toml"),
+                     {}, fake_env({}), false);
+  };
+  for (const auto& [dtype, compute] : {std::pair<std::string, std::string>{"fp32", "float32"},
+                                       {"fp16", "float16"},
+                                       {"bf16", "bfloat16"}}) {
+    auto p = plan("dtype = \"" + dtype + "\"\n");
+    EXPECT_FALSE(has_problem(p.problems, "model.dtype", "")) << dtype;
+    EXPECT_NE(p.compute.find("the whole model " + compute + " on cuda"), std::string::npos) << p.compute;
+    EXPECT_NE(p.compute.find("KV cache"), std::string::npos) << p.compute;
+  }
+  auto gptq = plan("[quantization]\nmethod = \"gptq\"\n");
+  EXPECT_TRUE(has_problem(gptq.problems, "quantization.method", "float checkpoints only"));
+  auto head = plan("[quantization]\nlm_head = \"int8\"\n");
+  EXPECT_TRUE(has_problem(head.problems, "quantization.lm_head", "float checkpoints only"));
+  EXPECT_FALSE(has_problem(plan("").problems, "quantization.method", ""));
+}
+
 TEST(Plugin, LoaderErrorsNameThePathAndTheReason) {
   struct Case {
     std::string path, expect;

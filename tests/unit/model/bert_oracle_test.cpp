@@ -75,7 +75,7 @@ std::pair<std::int64_t, std::int64_t> best_span(const std::vector<float>& start,
 // QA fixture: every sample alone (with its token types when `types`), then all as one padded batch.
 // Returns the worst |diff| over both.
 float check_qa(const std::string& dir, bool types) {
-  auto model = RobertaModel::load({dir, DType::fp32, Device::cpu});
+  auto model = RobertaModel::load({dir, DType::fp32, "cpu"});
   EXPECT_EQ(model->head(), EncoderHead::question_answering);
   EXPECT_EQ(model->uses_token_types(), types);
   H5Reader ref(dir + "/reference.h5");
@@ -148,7 +148,7 @@ TEST(BertOracle, DistilBertQuestionAnsweringMatchesHuggingFace) {
 // MLM fixture: full logits and mask logits / top-5 of every sample alone (with its token types when
 // `types`), then the mask logits of all samples as one padded batch. Returns the worst |diff|.
 float check_mlm(const std::string& dir, bool types, std::size_t masks) {
-  auto model = RobertaModel::load({dir, DType::fp32, Device::cpu});
+  auto model = RobertaModel::load({dir, DType::fp32, "cpu"});
   EXPECT_EQ(model->head(), EncoderHead::masked_lm);
   const std::int64_t V = model->vocab_size();
   H5Reader ref(dir + "/reference.h5");
@@ -236,7 +236,7 @@ TEST(BertOracle, XlmRobertaQuestionAnsweringAndMaskedLmMatchHuggingFace) {
 
 TEST(BertOracle, TypeIdsOutsideTheTableAreAnInputError) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
-  auto model = RobertaModel::load({data + "/oracle/bert-qa", DType::fp32, Device::cpu});
+  auto model = RobertaModel::load({data + "/oracle/bert-qa", DType::fp32, "cpu"});
   const std::vector<std::int64_t> ids{2, 103, 3}, mask{1, 1, 1}, types{0, 2, 0};
   std::vector<float> s, e;
   try {

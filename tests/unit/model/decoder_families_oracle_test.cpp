@@ -155,7 +155,7 @@ TEST(FamiliesOracle, MistralMatchesHuggingFace) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const std::string oracle = data + "/oracle/mistral";
   EXPECT_EQ(load_causal_lm({oracle})->architecture(), "MistralForCausalLM");
-  auto model = LlamaModel::load({oracle, DType::fp32, Device::cpu});
+  auto model = LlamaModel::load({oracle, DType::fp32, "cpu"});
   EXPECT_EQ(model->config().sliding_window, 16);
   EXPECT_FALSE(model->config().qkv_bias);
   const auto samples = read_samples(oracle);
@@ -171,7 +171,7 @@ TEST(FamiliesOracle, GemmaMatchesHuggingFace) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const std::string oracle = data + "/oracle/gemma";
   EXPECT_EQ(load_causal_lm({oracle})->architecture(), "GemmaForCausalLM");
-  auto model = LlamaModel::load({oracle, DType::fp32, Device::cpu});
+  auto model = LlamaModel::load({oracle, DType::fp32, "cpu"});
   const auto& c = model->config();
   EXPECT_EQ(c.head_dim, 24);
   EXPECT_EQ(c.num_key_value_heads, 1);
@@ -194,14 +194,14 @@ TEST(FamiliesOracle, GemmaActivationFollowsHiddenActivation) {
   const std::string oracle = data + "/oracle/gemma";
   const auto samples = read_samples(oracle);
   const std::string silu = edited_copy(oracle, "gemma-act-silu", [](nlohmann::json& c) { c["hidden_act"] = "silu"; });
-  EXPECT_LT(max_prompt_diff(*LlamaModel::load({silu, DType::fp32, Device::cpu}), samples), 1e-4f);
+  EXPECT_LT(max_prompt_diff(*LlamaModel::load({silu, DType::fp32, "cpu"}), samples), 1e-4f);
   fs::remove_all(silu);
   const std::string exact =
       edited_copy(oracle, "gemma-act-exact", [](nlohmann::json& c) { c["hidden_activation"] = "gelu"; });
-  auto fast = LlamaModel::load({exact, DType::fp32, Device::cpu});
+  auto fast = LlamaModel::load({exact, DType::fp32, "cpu"});
   EXPECT_EQ(fast->config().mlp_activation, ops::GateActivation::gelu);
   ops::set_onednn_sgemm_enabled(false);
-  auto torch_path = LlamaModel::load({exact, DType::fp32, Device::cpu});
+  auto torch_path = LlamaModel::load({exact, DType::fp32, "cpu"});
   ops::set_onednn_sgemm_enabled(true);
   const float d = max_prompt_diff(*fast, samples);
   std::printf("gemma with exact GELU: max |prompt logit diff| %.3g\n", d);
@@ -218,7 +218,7 @@ TEST(FamiliesOracle, Qwen2MatchesHuggingFace) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const std::string oracle = data + "/oracle/qwen2";
   EXPECT_EQ(load_causal_lm({oracle})->architecture(), "Qwen2ForCausalLM");
-  auto model = LlamaModel::load({oracle, DType::fp32, Device::cpu});
+  auto model = LlamaModel::load({oracle, DType::fp32, "cpu"});
   const auto& c = model->config();
   EXPECT_TRUE(c.qkv_bias);
   EXPECT_TRUE(c.tie_word_embeddings);
@@ -245,7 +245,7 @@ TEST(FamiliesOracle, TorchPathMatchesHuggingFace) {
     SCOPED_TRACE(fixture);
     const std::string oracle = data + "/oracle/" + fixture;
     ops::set_onednn_sgemm_enabled(false);
-    auto model = LlamaModel::load({oracle, DType::fp32, Device::cpu});
+    auto model = LlamaModel::load({oracle, DType::fp32, "cpu"});
     ops::set_onednn_sgemm_enabled(true);
     const auto samples = read_samples(oracle);
     const Worst w = expect_matches_reference(*model, samples, V);
@@ -263,7 +263,7 @@ TEST(FamiliesOracle, Bfloat16StaysCloseToTheReference) {
   for (const std::string fixture : {"mistral", "qwen2", "gemma", "starcoder2", "gpt-bigcode", "gpt2"}) {
     SCOPED_TRACE(fixture);
     const std::string oracle = data + "/oracle/" + fixture;
-    auto model = LlamaModel::load({oracle, DType::bf16, Device::cpu});
+    auto model = LlamaModel::load({oracle, DType::bf16, "cpu"});
     const auto samples = read_samples(oracle);
     EXPECT_STREQ(model->compute_dtype(), "bfloat16");
     const float d = max_prompt_diff(*model, samples);
@@ -283,7 +283,7 @@ TEST(FamiliesOracle, MistralWithoutItsWindowDiffers) {
   const auto samples = read_samples(oracle);
   for (const bool sgemm : {true, false}) {
     ops::set_onednn_sgemm_enabled(sgemm);
-    auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+    auto model = LlamaModel::load({dir, DType::fp32, "cpu"});
     ops::set_onednn_sgemm_enabled(true);
     EXPECT_EQ(model->config().sliding_window, 0);
     const float d = max_prompt_diff(*model, samples);
@@ -300,7 +300,7 @@ TEST(FamiliesOracle, MixtralMatchesHuggingFace) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const std::string oracle = data + "/oracle/mixtral";
   EXPECT_EQ(load_causal_lm({oracle})->architecture(), "MixtralForCausalLM");
-  auto model = LlamaModel::load({oracle, DType::fp32, Device::cpu});
+  auto model = LlamaModel::load({oracle, DType::fp32, "cpu"});
   EXPECT_EQ(model->config().num_experts, 4);
   EXPECT_EQ(model->config().experts_per_token, 2);
   EXPECT_EQ(model->config().sliding_window, 0);
@@ -323,7 +323,7 @@ TEST(FamiliesOracle, MixtralWithOtherRoutingDiffers) {
         edited_copy(oracle, "top" + std::to_string(k), [&](nlohmann::json& c) { c["num_experts_per_tok"] = k; });
     for (const bool sgemm : {true, false}) {
       ops::set_onednn_sgemm_enabled(sgemm);
-      auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+      auto model = LlamaModel::load({dir, DType::fp32, "cpu"});
       ops::set_onednn_sgemm_enabled(true);
       const float d = max_prompt_diff(*model, samples);
       std::printf("mixtral with top-%d routing (%s): max |prompt logit diff| %.3g\n", k, sgemm ? "sgemm" : "torch", d);
@@ -346,7 +346,7 @@ TEST(FamiliesOracle, Qwen2WithoutItsBiasesDiffers) {
         }
       });
   EXPECT_EQ(zeroed, 6);  // q, k, v of 2 layers
-  auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+  auto model = LlamaModel::load({dir, DType::fp32, "cpu"});
   const float d = max_prompt_diff(*model, read_samples(oracle));
   std::printf("qwen2 with q/k/v biases zeroed: max |prompt logit diff| %.3g\n", d);
   EXPECT_GT(d, 1.0f);
@@ -359,7 +359,7 @@ TEST(FamiliesOracle, Starcoder2MatchesHuggingFace) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const std::string oracle = data + "/oracle/starcoder2";
   EXPECT_EQ(load_causal_lm({oracle})->architecture(), "Starcoder2ForCausalLM");
-  auto model = LlamaModel::load({oracle, DType::fp32, Device::cpu});
+  auto model = LlamaModel::load({oracle, DType::fp32, "cpu"});
   const auto& c = model->config();
   EXPECT_EQ(c.norm, LlamaConfig::Norm::layer);
   EXPECT_EQ(c.mlp, LlamaConfig::Mlp::gelu_tanh);
@@ -382,7 +382,7 @@ TEST(FamiliesOracle, GptBigCodeMatchesHuggingFace) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const std::string oracle = data + "/oracle/gpt-bigcode";
   EXPECT_EQ(load_causal_lm({oracle})->architecture(), "GPTBigCodeForCausalLM");
-  auto model = LlamaModel::load({oracle, DType::fp32, Device::cpu});
+  auto model = LlamaModel::load({oracle, DType::fp32, "cpu"});
   const auto& c = model->config();
   EXPECT_EQ(c.num_attention_heads, 4);
   EXPECT_EQ(c.num_key_value_heads, 1);
@@ -406,7 +406,7 @@ TEST(FamiliesOracle, Gpt2MatchesHuggingFace) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const std::string oracle = data + "/oracle/gpt2";
   EXPECT_EQ(load_causal_lm({oracle})->architecture(), "GPT2LMHeadModel");
-  auto model = LlamaModel::load({oracle, DType::fp32, Device::cpu});
+  auto model = LlamaModel::load({oracle, DType::fp32, "cpu"});
   const auto& c = model->config();
   EXPECT_EQ(c.num_key_value_heads, 4);
   EXPECT_TRUE(c.conv1d);
@@ -427,7 +427,7 @@ TEST(FamiliesOracle, Starcoder2WithoutItsWindowDiffers) {
   const auto samples = read_samples(oracle);
   for (const bool sgemm : {true, false}) {
     ops::set_onednn_sgemm_enabled(sgemm);
-    auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+    auto model = LlamaModel::load({dir, DType::fp32, "cpu"});
     ops::set_onednn_sgemm_enabled(true);
     EXPECT_EQ(model->config().sliding_window, 0);
     const float d = max_prompt_diff(*model, samples);
@@ -457,7 +457,7 @@ TEST(FamiliesOracle, Gpt2WithItsConv1DTransposedDiffers) {
         ++edited;
       });
   EXPECT_EQ(edited, 2);
-  auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+  auto model = LlamaModel::load({dir, DType::fp32, "cpu"});
   const float d = max_prompt_diff(*model, read_samples(oracle));
   std::printf("gpt2 with attn.c_proj transposed: max |prompt logit diff| %.3g\n", d);
   EXPECT_GT(d, 1.0f);
@@ -476,7 +476,7 @@ TEST(FamiliesOracle, GptBigCodeWithoutItsPositionsDiffers) {
   const auto samples = read_samples(oracle);
   for (const bool sgemm : {true, false}) {
     ops::set_onednn_sgemm_enabled(sgemm);
-    auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+    auto model = LlamaModel::load({dir, DType::fp32, "cpu"});
     ops::set_onednn_sgemm_enabled(true);
     const float d = max_prompt_diff(*model, samples);
     std::printf("gpt-bigcode with wpe zeroed (%s): max |prompt logit diff| %.3g\n", sgemm ? "sgemm" : "torch", d);
@@ -488,7 +488,7 @@ TEST(FamiliesOracle, GptBigCodeWithoutItsPositionsDiffers) {
 // A learned position table has an end: a position past it is an InputError, not a read past wpe.
 TEST(FamiliesOracle, PositionsPastTheLearnedTableAreRefused) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
-  auto model = LlamaModel::load({data + "/oracle/gpt2", DType::fp32, Device::cpu});
+  auto model = LlamaModel::load({data + "/oracle/gpt2", DType::fp32, "cpu"});
   auto cache = model->new_cache(1, 2);
   const std::vector<std::int64_t> ids{5, 6}, pos{255, 256}, mask{1, 1};
   std::vector<float> logits;

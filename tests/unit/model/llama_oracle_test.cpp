@@ -92,7 +92,7 @@ std::vector<Sample> read_samples(const std::string& oracle) {
 TEST(LlamaOracle, DequantizedGptqModelMatchesHuggingFace) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const std::string oracle = data + "/oracle/llama-gptq";
-  auto model = LlamaModel::load({dequantized_checkpoint(oracle), DType::fp32, Device::cpu});
+  auto model = LlamaModel::load({dequantized_checkpoint(oracle), DType::fp32, "cpu"});
   const auto& c = model->config();
   ASSERT_EQ(c.vocab_size, 512);
   ASSERT_EQ(c.num_key_value_heads, 2);
@@ -144,7 +144,7 @@ TEST(LlamaOracle, DequantizedGptqModelMatchesHuggingFace) {
 TEST(LlamaOracle, LeftPaddedBatchMatchesSinglePrompts) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const std::string oracle = data + "/oracle/llama-gptq";
-  auto model = LlamaModel::load({dequantized_checkpoint(oracle), DType::fp32, Device::cpu});
+  auto model = LlamaModel::load({dequantized_checkpoint(oracle), DType::fp32, "cpu"});
   const auto samples = read_samples(oracle);
   std::vector<std::vector<std::int64_t>> prompts;
   for (const auto& s : samples) prompts.push_back(s.input_ids);
@@ -171,7 +171,7 @@ TEST(LlamaOracle, TorchFallbackPathMatchesReference) {
   const std::string oracle = data + "/oracle/llama-gptq";
   const std::string dir = dequantized_checkpoint(oracle);
   ops::set_onednn_sgemm_enabled(false);
-  auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+  auto model = LlamaModel::load({dir, DType::fp32, "cpu"});
   ops::set_onednn_sgemm_enabled(true);
   const auto samples = read_samples(oracle);
   std::vector<std::vector<std::int64_t>> prompts;
@@ -188,7 +188,7 @@ TEST(LlamaOracle, TorchFallbackPathMatchesReference) {
 
 TEST(LlamaOracle, Stories260KGreedyContinuationMatchesReadme) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
-  auto model = LlamaModel::load({data + "/models/stories260K", DType::fp32, Device::cpu});
+  auto model = LlamaModel::load({data + "/models/stories260K", DType::fp32, "cpu"});
   const auto& c = model->config();
   EXPECT_TRUE(c.tie_word_embeddings);
   EXPECT_EQ(c.num_attention_heads, 8);

@@ -200,7 +200,7 @@ void expect_batch_matches_rows_alone(const std::string& dir, const std::vector<s
                                      int steps) {
   for (bool fast : {true, false}) {
     ops::set_onednn_sgemm_enabled(fast);
-    auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+    auto model = LlamaModel::load({dir, DType::fp32, "cpu"});
     ops::set_onednn_sgemm_enabled(true);
     auto batched = testing::generate(*model, prompts, steps);
     for (std::size_t b = 0; b < prompts.size(); ++b) {
@@ -217,7 +217,7 @@ void expect_batch_matches_rows_alone(const std::string& dir, const std::vector<s
 // The torch path's logits of one sequence.
 std::vector<float> torch_path_logits(const std::string& dir, const std::vector<std::int64_t>& ids) {
   ops::set_onednn_sgemm_enabled(false);
-  auto slow = LlamaModel::load({dir, DType::fp32, Device::cpu});
+  auto slow = LlamaModel::load({dir, DType::fp32, "cpu"});
   ops::set_onednn_sgemm_enabled(true);
   return model_logits(*slow, ids);
 }
@@ -247,7 +247,7 @@ TEST(ActivationRows, MatchTorchForOneRowAndStridedRows) {
 }
 
 TEST_F(TinyLlama, MakeModelWritesLoadableDeterministicCheckpoints) {
-  auto model = LlamaModel::load({llama_dir(), DType::fp32, Device::cpu});
+  auto model = LlamaModel::load({llama_dir(), DType::fp32, "cpu"});
   const LlamaConfig& c = model->config();
   EXPECT_EQ(c.model_type, "llama");
   EXPECT_EQ(c.architectures, std::vector<std::string>{"LlamaForCausalLM"});
@@ -267,7 +267,7 @@ TEST_F(TinyLlama, MakeModelWritesLoadableDeterministicCheckpoints) {
   EXPECT_DOUBLE_EQ(c.embedding_multiplier, 1.0);
   EXPECT_STREQ(model->compute_dtype(), "float32");
 
-  auto granite = LlamaModel::load({granite_dir(), DType::fp32, Device::cpu});
+  auto granite = LlamaModel::load({granite_dir(), DType::fp32, "cpu"});
   const LlamaConfig& g = granite->config();
   EXPECT_EQ(g.model_type, "granite");
   EXPECT_EQ(g.architectures, std::vector<std::string>{"GraniteForCausalLM"});
@@ -299,7 +299,7 @@ TEST_F(TinyLlama, MakeModelWritesLoadableDeterministicCheckpoints) {
 
 TEST_F(TinyLlama, LlamaAndGraniteMatchNaiveForward) {
   for (const auto& dir : {llama_dir(), granite_dir()}) {
-    auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+    auto model = LlamaModel::load({dir, DType::fp32, "cpu"});
     for (std::int64_t len : {1, 9, 40}) {
       auto ids = sequence(len, len);
       auto got = model_logits(*model, ids);
@@ -314,7 +314,7 @@ TEST_F(TinyLlama, LlamaAndGraniteMatchNaiveForward) {
 // to its Llama value changes the logits, and the naive model with the same config still agrees.
 TEST_F(TinyLlama, GraniteMultipliersEachMatter) {
   const auto ids = sequence(20, 3);
-  auto base = model_logits(*LlamaModel::load({granite_dir(), DType::fp32, Device::cpu}), ids);
+  auto base = model_logits(*LlamaModel::load({granite_dir(), DType::fp32, "cpu"}), ids);
   const std::vector<std::pair<std::string, std::function<void(json&)>>> edits = {
       {"as-llama",
        [](json& c) {
@@ -328,7 +328,7 @@ TEST_F(TinyLlama, GraniteMultipliersEachMatter) {
   };
   for (const auto& [name, edit] : edits) {
     const std::string dir = config_copy(granite_dir(), "granite-" + name, edit);
-    auto got = model_logits(*LlamaModel::load({dir, DType::fp32, Device::cpu}), ids);
+    auto got = model_logits(*LlamaModel::load({dir, DType::fp32, "cpu"}), ids);
     EXPECT_GT(max_abs_diff(got, base), 1e-3f) << name;
     EXPECT_LT(max_abs_diff(got, naive_logits(dir, ids)), 1e-5f) << name;
   }
@@ -336,7 +336,7 @@ TEST_F(TinyLlama, GraniteMultipliersEachMatter) {
 
 TEST_F(TinyLlama, CachedDecodeMatchesFullRecompute) {
   for (const auto& dir : {llama_dir(), granite_dir()}) {
-    auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+    auto model = LlamaModel::load({dir, DType::fp32, "cpu"});
     const auto seq = sequence(30, 5);
     const auto full = model_logits(*model, seq);  // teacher-forced single forward
     // Prompt of 6, then 24 forced single-token steps.
@@ -369,7 +369,7 @@ TEST_F(TinyLlama, LeftPaddedBatchMatchesRowsAlone) {
 // bfloat16: decode steps of up to 8 rows run on the AVX512-BF16 row kernel, prefill on at::linear;
 // a row's tokens must not depend on the rows beside it, its logits only by bfloat16 rounding.
 TEST_F(TinyLlama, Bf16BatchedDecodeMatchesRowsAlone) {
-  auto model = LlamaModel::load({granite_dir(), DType::bf16, Device::cpu});
+  auto model = LlamaModel::load({granite_dir(), DType::bf16, "cpu"});
   const std::vector<std::vector<std::int64_t>> prompts = {sequence(3, 1), sequence(11, 2), sequence(1, 3),
                                                           sequence(7, 4)};
   const int steps = 6;
@@ -387,9 +387,9 @@ TEST_F(TinyLlama, Bf16BatchedDecodeMatchesRowsAlone) {
 }
 
 TEST_F(TinyLlama, TorchFallbackPathMatchesOneDnnPath) {
-  auto fast = LlamaModel::load({llama_dir(), DType::fp32, Device::cpu});
+  auto fast = LlamaModel::load({llama_dir(), DType::fp32, "cpu"});
   ops::set_onednn_sgemm_enabled(false);
-  auto slow = LlamaModel::load({llama_dir(), DType::fp32, Device::cpu});
+  auto slow = LlamaModel::load({llama_dir(), DType::fp32, "cpu"});
   ops::set_onednn_sgemm_enabled(true);
   const auto ids = sequence(17, 9);
   EXPECT_LT(max_abs_diff(model_logits(*fast, ids), model_logits(*slow, ids)), 1e-5f);
@@ -414,21 +414,21 @@ TEST_F(TinyLlama, Llama3RopeScalingMatchesFormula) {
   const std::string scaled_dir = config_copy(llama_dir(), "llama3-rope", with_scaling(8.0, "rope_type"));
   const std::string legacy_key_dir = config_copy(llama_dir(), "llama3-rope-type", with_scaling(8.0, "type"));
   const std::string unit_dir = config_copy(llama_dir(), "llama3-rope-1", with_scaling(1.0, "rope_type"));
-  auto scaled = LlamaModel::load({scaled_dir, DType::fp32, Device::cpu});
+  auto scaled = LlamaModel::load({scaled_dir, DType::fp32, "cpu"});
   EXPECT_EQ(scaled->config().rope_type, "llama3");
   EXPECT_EQ(scaled->config().rope_original_max_position_embeddings, 64);
-  auto plain = LlamaModel::load({llama_dir(), DType::fp32, Device::cpu});
+  auto plain = LlamaModel::load({llama_dir(), DType::fp32, "cpu"});
   const std::int64_t L = 300;
   const auto ids = sequence(L, 8);
   const auto got = model_logits(*scaled, ids);
   const auto base = model_logits(*plain, ids);
   EXPECT_LT(max_abs_diff(got, naive_logits(scaled_dir, ids)), 1e-4f);
-  EXPECT_EQ(max_abs_diff(got, model_logits(*LlamaModel::load({legacy_key_dir, DType::fp32, Device::cpu}), ids)), 0.0f);
+  EXPECT_EQ(max_abs_diff(got, model_logits(*LlamaModel::load({legacy_key_dir, DType::fp32, "cpu"}), ids)), 0.0f);
   // Position 0 is not rotated at all; later positions see the slower low frequencies.
   EXPECT_EQ(max_abs_diff(got.data(), base.data(), kVocab), 0.0f);
   EXPECT_GT(max_abs_diff(got.data() + (L - 50) * kVocab, base.data() + (L - 50) * kVocab, 50 * kVocab), 1e-3f);
   // factor 1 is no scaling.
-  EXPECT_LT(max_abs_diff(model_logits(*LlamaModel::load({unit_dir, DType::fp32, Device::cpu}), ids), base), 1e-5f);
+  EXPECT_LT(max_abs_diff(model_logits(*LlamaModel::load({unit_dir, DType::fp32, "cpu"}), ids), base), 1e-5f);
 }
 
 // rope_scaling type linear (transformers 4.39's LlamaLinearScalingRotaryEmbedding): the positions are
@@ -440,23 +440,23 @@ TEST_F(TinyLlama, LinearRopeScalingDividesPositions) {
   const std::string dir = config_copy(llama_dir(), "linear-rope", with_scaling("type", 4.0));
   const std::string rope_type_dir = config_copy(llama_dir(), "linear-rope-type", with_scaling("rope_type", 4.0));
   const std::string half_dir = config_copy(llama_dir(), "linear-rope-2", with_scaling("type", 2.0));
-  auto scaled = LlamaModel::load({dir, DType::fp32, Device::cpu});
+  auto scaled = LlamaModel::load({dir, DType::fp32, "cpu"});
   EXPECT_EQ(scaled->config().rope_type, "linear");
   EXPECT_DOUBLE_EQ(scaled->config().rope_factor, 4.0);
-  auto plain = LlamaModel::load({llama_dir(), DType::fp32, Device::cpu});
+  auto plain = LlamaModel::load({llama_dir(), DType::fp32, "cpu"});
   const std::int64_t L = 40;
   const auto ids = sequence(L, 2);
   const auto got = model_logits(*scaled, ids);
   const auto base = model_logits(*plain, ids);
   EXPECT_LT(max_abs_diff(got, naive_logits(dir, ids)), 1e-5f);
-  EXPECT_EQ(max_abs_diff(got, model_logits(*LlamaModel::load({rope_type_dir, DType::fp32, Device::cpu}), ids)), 0.0f);
+  EXPECT_EQ(max_abs_diff(got, model_logits(*LlamaModel::load({rope_type_dir, DType::fp32, "cpu"}), ids)), 0.0f);
   EXPECT_EQ(max_abs_diff(got.data(), base.data(), kVocab), 0.0f);  // position 0 is not rotated
   EXPECT_GT(max_abs_diff(got, base), 1e-3f);
   EXPECT_LT(max_abs_diff(got, torch_path_logits(dir, ids)), 1e-5f);
 
   // Factor 2 at positions 0, 2, 4, ... is the unscaled model at 0, 1, 2, ... (t exactly, in float).
   {
-    auto two = LlamaModel::load({half_dir, DType::fp32, Device::cpu});
+    auto two = LlamaModel::load({half_dir, DType::fp32, "cpu"});
     std::vector<std::int64_t> even(L), mask(L, 1);
     for (std::int64_t t = 0; t < L; ++t) even[t] = 2 * t;
     auto cache = two->new_cache(1, L);
@@ -482,9 +482,9 @@ TEST_F(TinyLlama, DynamicRopeScalingRecomputesPerCall) {
     c["max_position_embeddings"] = 16;
     c["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
   });
-  auto scaled = LlamaModel::load({dir, DType::fp32, Device::cpu});
+  auto scaled = LlamaModel::load({dir, DType::fp32, "cpu"});
   EXPECT_EQ(scaled->config().rope_type, "dynamic");
-  auto plain = LlamaModel::load({llama_dir(), DType::fp32, Device::cpu});
+  auto plain = LlamaModel::load({llama_dir(), DType::fp32, "cpu"});
   // Up to max_position_embeddings: no scaling.
   const auto short_ids = sequence(16, 4);
   EXPECT_EQ(max_abs_diff(model_logits(*scaled, short_ids), model_logits(*plain, short_ids)), 0.0f);
@@ -496,7 +496,7 @@ TEST_F(TinyLlama, DynamicRopeScalingRecomputesPerCall) {
   const double theta40 = 10000.0 * std::pow(2.0 * L / 16.0 - 1.0, 16.0 / 14.0);
   const std::string theta_dir = config_copy(llama_dir(), "dynamic-as-theta", [&](json& c) { c["rope_theta"] = theta40; });
   const auto got = model_logits(*scaled, ids);
-  EXPECT_LT(max_abs_diff(got, model_logits(*LlamaModel::load({theta_dir, DType::fp32, Device::cpu}), ids)), 1e-4f);
+  EXPECT_LT(max_abs_diff(got, model_logits(*LlamaModel::load({theta_dir, DType::fp32, "cpu"}), ids)), 1e-4f);
   EXPECT_LT(max_abs_diff(got, naive_logits(dir, ids)), 1e-4f);
   EXPECT_GT(max_abs_diff(got, model_logits(*plain, ids)), 1e-3f);
   EXPECT_LT(max_abs_diff(got, torch_path_logits(dir, ids)), 1e-5f);
@@ -511,7 +511,7 @@ TEST_F(TinyLlama, DynamicRopeScalingRecomputesPerCall) {
   const auto one_call = model_logits(*scaled, fed);
   for (bool fast : {true, false}) {
     ops::set_onednn_sgemm_enabled(fast);
-    auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+    auto model = LlamaModel::load({dir, DType::fp32, "cpu"});
     ops::set_onednn_sgemm_enabled(true);
     auto gen = testing::generate(*model, {std::vector<std::int64_t>(seq.begin(), seq.begin() + P)}, steps, &forced);
     float past_max = 0;
@@ -538,7 +538,7 @@ TEST_F(TinyLlama, MixtralExpertLoadCountsRealTokensPerLayer) {
   using Load = std::vector<std::vector<std::int64_t>>;
   auto run = [&](const std::vector<std::vector<std::int64_t>>& ps, bool fast) {
     ops::set_onednn_sgemm_enabled(fast);
-    auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+    auto model = LlamaModel::load({dir, DType::fp32, "cpu"});
     ops::set_onednn_sgemm_enabled(true);
     EXPECT_TRUE(model->expert_load().empty());
     testing::generate(*model, ps, steps);
@@ -577,9 +577,9 @@ TEST_F(TinyLlama, MixtralExpertLoadCountsRealTokensPerLayer) {
 }
 
 TEST_F(TinyLlama, Bf16AndFp16CloseToFp32) {
-  auto ref = LlamaModel::load({granite_dir(), DType::fp32, Device::cpu});
-  auto bf16 = LlamaModel::load({granite_dir(), DType::bf16, Device::cpu});
-  auto fp16 = LlamaModel::load({granite_dir(), DType::fp16, Device::cpu});
+  auto ref = LlamaModel::load({granite_dir(), DType::fp32, "cpu"});
+  auto bf16 = LlamaModel::load({granite_dir(), DType::bf16, "cpu"});
+  auto fp16 = LlamaModel::load({granite_dir(), DType::fp16, "cpu"});
   EXPECT_STREQ(bf16->compute_dtype(), "bfloat16");
   EXPECT_STREQ(fp16->compute_dtype(), "float32");
   const auto ids = sequence(24, 6);
@@ -603,7 +603,7 @@ TEST_F(TinyLlama, Bf16AndFp16CloseToFp32) {
 
 TEST_F(TinyLlama, ErrorsNameTheKeyOrTensor) {
   auto load_error = [&](const std::string& dir) {
-    return input_error([&] { LlamaModel::load({dir, DType::fp32, Device::cpu}); });
+    return input_error([&] { LlamaModel::load({dir, DType::fp32, "cpu"}); });
   };
   auto has = [](const std::string& msg, const std::string& part) { return msg.find(part) != std::string::npos; };
 
@@ -681,10 +681,10 @@ TEST_F(TinyLlama, ErrorsNameTheKeyOrTensor) {
         t.erase(std::remove_if(t.begin(), t.end(), [](auto& x) { return x.name == "lm_head.weight"; }), t.end());
       },
       [](json& c) { c["tie_word_embeddings"] = true; });
-  auto tied_model = LlamaModel::load({tied, DType::fp32, Device::cpu});
+  auto tied_model = LlamaModel::load({tied, DType::fp32, "cpu"});
   EXPECT_LT(max_abs_diff(model_logits(*tied_model, sequence(5, 1)), naive_logits(tied, sequence(5, 1))), 1e-5f);
 
-  auto model = LlamaModel::load({llama_dir(), DType::fp32, Device::cpu});
+  auto model = LlamaModel::load({llama_dir(), DType::fp32, "cpu"});
   auto cache = model->new_cache(1, 4);
   std::vector<std::int64_t> ids = {1, kVocab}, pos = {0, 1}, mask = {1, 1};
   std::vector<float> logits;

@@ -51,7 +51,7 @@ Padded pad_rows(const std::vector<std::vector<std::int64_t>>& rows, std::int64_t
 TEST(RobertaOracle, QuestionAnsweringLogitsMatchHuggingFace) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const std::string dir = data + "/oracle/roberta-qa";
-  auto model = RobertaModel::load({dir, DType::fp32, Device::cpu});
+  auto model = RobertaModel::load({dir, DType::fp32, "cpu"});
   ASSERT_EQ(model->head(), EncoderHead::question_answering);
   EXPECT_EQ(model->config().hidden_size, 48);
   H5Reader ref(dir + "/reference.h5");
@@ -99,7 +99,7 @@ TEST(RobertaOracle, QuestionAnsweringLogitsMatchHuggingFace) {
 TEST(RobertaOracle, MaskedLmHiddenStatesAndLogitsMatchHuggingFace) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const std::string dir = data + "/oracle/roberta-mlm";
-  auto model = RobertaModel::load({dir, DType::fp32, Device::cpu});
+  auto model = RobertaModel::load({dir, DType::fp32, "cpu"});
   ASSERT_EQ(model->head(), EncoderHead::masked_lm);
   const std::int64_t H = model->config().hidden_size, V = model->config().vocab_size;
   H5Reader ref(dir + "/reference.h5");
@@ -171,12 +171,12 @@ TEST(RobertaOracle, MaskedLmHiddenStatesAndLogitsMatchHuggingFace) {
   // The torch fallback path (no oneDNN sgemm; head_dim 16 folds the attention scale into the query
   // weights) and bfloat16 on the same padded batch.
   ops::set_onednn_sgemm_enabled(false);
-  auto slow = RobertaModel::load({dir, DType::fp32, Device::cpu});
+  auto slow = RobertaModel::load({dir, DType::fp32, "cpu"});
   ops::set_onednn_sgemm_enabled(true);
   slow->masked_lm(p.ids.data(), p.mask.data(), rows.size(), p.seq, pairs, logits);
   const float worst_slow = max_abs_diff(logits.data(), want.data(), want.size());
   EXPECT_LT(worst_slow, 1e-4f);
-  auto bf16 = RobertaModel::load({dir, DType::bf16, Device::cpu});
+  auto bf16 = RobertaModel::load({dir, DType::bf16, "cpu"});
   bf16->masked_lm(p.ids.data(), p.mask.data(), rows.size(), p.seq, pairs, logits);
   const float worst_bf16 = max_abs_diff(logits.data(), want.data(), want.size());
   // |logits| <= 9.2; bfloat16 keeps 8 bits of mantissa: 0.22 on a CPU with AVX512-BF16, 0.65 on an

@@ -131,7 +131,7 @@ void naive_qa(const std::string& dir, const std::vector<std::int64_t>& ids_v, st
 }
 
 TEST_F(TinyRoberta, MakeModelWritesLoadableDeterministicCheckpoint) {
-  auto model = RobertaModel::load({qa_dir(), DType::fp32, Device::cpu});
+  auto model = RobertaModel::load({qa_dir(), DType::fp32, "cpu"});
   EXPECT_EQ(model->head(), EncoderHead::question_answering);
   EXPECT_EQ(model->config().hidden_size, 32);
   EXPECT_EQ(model->config().num_hidden_layers, 2);
@@ -144,23 +144,23 @@ TEST_F(TinyRoberta, MakeModelWritesLoadableDeterministicCheckpoint) {
   // Same seed, same bytes; another seed, other bytes.
   const std::string again = (*root_ / "qa-again").string();
   make_roberta_checkpoint(again, "tiny", EncoderHead::question_answering, 7, kVocab);
-  EXPECT_EQ(RobertaModel::load({again, DType::fp32, Device::cpu})->weights_sha256(), model->weights_sha256());
+  EXPECT_EQ(RobertaModel::load({again, DType::fp32, "cpu"})->weights_sha256(), model->weights_sha256());
   const std::string other = (*root_ / "qa-other").string();
   make_roberta_checkpoint(other, "tiny", EncoderHead::question_answering, 8, kVocab);
-  EXPECT_NE(RobertaModel::load({other, DType::fp32, Device::cpu})->weights_sha256(), model->weights_sha256());
+  EXPECT_NE(RobertaModel::load({other, DType::fp32, "cpu"})->weights_sha256(), model->weights_sha256());
 
   // The MLM checkpoint is saved tied, like HF.
   SafetensorsFile mlm((fs::path(mlm_dir()) / "model.safetensors").string());
   EXPECT_EQ(mlm.find("lm_head.decoder.weight"), nullptr);
   EXPECT_NE(mlm.find("lm_head.bias"), nullptr);
-  EXPECT_EQ(RobertaModel::load({mlm_dir(), DType::fp32, Device::cpu})->head(), EncoderHead::masked_lm);
+  EXPECT_EQ(RobertaModel::load({mlm_dir(), DType::fp32, "cpu"})->head(), EncoderHead::masked_lm);
 
   EXPECT_NE(input_error([&] { make_roberta_checkpoint(again, "huge", EncoderHead::masked_lm, 1); }).find("huge"),
             std::string::npos);
 }
 
 TEST_F(TinyRoberta, QuestionAnsweringMatchesNaiveTorchForward) {
-  auto model = RobertaModel::load({qa_dir(), DType::fp32, Device::cpu});
+  auto model = RobertaModel::load({qa_dir(), DType::fp32, "cpu"});
   for (std::int64_t len : {3, 17, 40}) {
     auto ids = sequence(len, len);
     std::vector<std::int64_t> mask(len, 1);
@@ -176,9 +176,9 @@ TEST_F(TinyRoberta, QuestionAnsweringMatchesNaiveTorchForward) {
 
 TEST_F(TinyRoberta, TorchFallbackPathMatchesOneDnnPath) {
   // float32 without oneDNN's sgemm (builds without libdnnl) takes the batched torch attention path.
-  auto fast = RobertaModel::load({mlm_dir(), DType::fp32, Device::cpu});
+  auto fast = RobertaModel::load({mlm_dir(), DType::fp32, "cpu"});
   ops::set_onednn_sgemm_enabled(false);
-  auto slow = RobertaModel::load({mlm_dir(), DType::fp32, Device::cpu});
+  auto slow = RobertaModel::load({mlm_dir(), DType::fp32, "cpu"});
   const std::vector<std::int64_t> lens = {6, 14};
   const std::int64_t seq = 16;
   std::vector<std::int64_t> ids(2 * seq, 1), mask(2 * seq, 0);
@@ -204,8 +204,8 @@ TEST_F(TinyRoberta, TorchFallbackPathMatchesOneDnnPath) {
 
 TEST_F(TinyRoberta, LogitsDoNotDependOnBatchOrPadding) {
   for (DType dt : {DType::fp32, DType::bf16}) {
-    auto qa = RobertaModel::load({qa_dir(), dt, Device::cpu});
-    auto mlm = RobertaModel::load({mlm_dir(), dt, Device::cpu});
+    auto qa = RobertaModel::load({qa_dir(), dt, "cpu"});
+    auto mlm = RobertaModel::load({mlm_dir(), dt, "cpu"});
     const std::vector<std::int64_t> lens = {9, 23, 5};
     const std::int64_t seq = 30;  // longer than all: every row is padded
     std::vector<std::int64_t> ids(lens.size() * seq, 1), mask(lens.size() * seq, 0);
@@ -238,9 +238,9 @@ TEST_F(TinyRoberta, LogitsDoNotDependOnBatchOrPadding) {
 }
 
 TEST_F(TinyRoberta, Bf16AndFp16StayCloseToFp32) {
-  auto f32 = RobertaModel::load({qa_dir(), DType::fp32, Device::cpu});
-  auto b16 = RobertaModel::load({qa_dir(), DType::bf16, Device::cpu});
-  auto h16 = RobertaModel::load({qa_dir(), DType::fp16, Device::cpu});
+  auto f32 = RobertaModel::load({qa_dir(), DType::fp32, "cpu"});
+  auto b16 = RobertaModel::load({qa_dir(), DType::bf16, "cpu"});
+  auto h16 = RobertaModel::load({qa_dir(), DType::fp16, "cpu"});
   EXPECT_STREQ(b16->compute_dtype(), "bfloat16");
   EXPECT_STREQ(h16->compute_dtype(), "float32");
   auto ids = sequence(64, 3);
@@ -261,8 +261,8 @@ TEST_F(TinyRoberta, Bf16AndFp16StayCloseToFp32) {
 TEST_F(TinyRoberta, RepeatedCallsGiveIdenticalResults) {
   // Work buffers are reused between calls; nothing of one call may leak into the next (a single
   // MLM position once made the decoder accumulate into its own bias).
-  auto mlm = RobertaModel::load({mlm_dir(), DType::fp32, Device::cpu});
-  auto qa = RobertaModel::load({qa_dir(), DType::fp32, Device::cpu});
+  auto mlm = RobertaModel::load({mlm_dir(), DType::fp32, "cpu"});
+  auto qa = RobertaModel::load({qa_dir(), DType::fp32, "cpu"});
   auto ids = sequence(13, 4);
   std::vector<std::int64_t> mask(13, 1);
   std::vector<float> first, second, s1, e1, s2, e2;
@@ -279,7 +279,7 @@ TEST_F(TinyRoberta, RepeatedCallsGiveIdenticalResults) {
 }
 
 TEST_F(TinyRoberta, HiddenStatesHaveOneEntryPerLayerPlusEmbeddings) {
-  auto model = RobertaModel::load({mlm_dir(), DType::fp32, Device::cpu});
+  auto model = RobertaModel::load({mlm_dir(), DType::fp32, "cpu"});
   auto ids = sequence(7, 1);
   std::vector<std::int64_t> mask(7, 1);
   auto hs = model->hidden_states(ids.data(), mask.data(), 1, 7);
@@ -293,7 +293,7 @@ TEST_F(TinyRoberta, HiddenStatesHaveOneEntryPerLayerPlusEmbeddings) {
 }
 
 TEST_F(TinyRoberta, WrongHeadAndBadInputsAreClearErrors) {
-  auto qa = RobertaModel::load({qa_dir(), DType::fp32, Device::cpu});
+  auto qa = RobertaModel::load({qa_dir(), DType::fp32, "cpu"});
   std::vector<std::int64_t> ids = {0, kVocab + 5, 2}, mask = {1, 1, 1};
   std::vector<float> s, e;
   EXPECT_NE(input_error([&] { qa->question_answering(ids.data(), mask.data(), 1, 3, s, e); }).find("outside the vocabulary"),
@@ -313,7 +313,7 @@ TEST_F(TinyRoberta, LoaderErrorsNameTheTensor) {
   const std::string missing = edited_copy(qa_dir(), "missing", [](auto& ts) {
     std::erase_if(ts, [](const TensorToWrite& t) { return t.name == "roberta.encoder.layer.1.output.dense.bias"; });
   });
-  std::string msg = input_error([&] { RobertaModel::load({missing, DType::fp32, Device::cpu}); });
+  std::string msg = input_error([&] { RobertaModel::load({missing, DType::fp32, "cpu"}); });
   EXPECT_NE(msg.find("roberta.encoder.layer.1.output.dense.bias"), std::string::npos) << msg;
   EXPECT_NE(msg.find("missing"), std::string::npos) << msg;
 
@@ -322,7 +322,7 @@ TEST_F(TinyRoberta, LoaderErrorsNameTheTensor) {
       if (t.name == "qa_outputs.weight") t.shape = {4, 16};
     }
   });
-  msg = input_error([&] { RobertaModel::load({shape, DType::fp32, Device::cpu}); });
+  msg = input_error([&] { RobertaModel::load({shape, DType::fp32, "cpu"}); });
   EXPECT_NE(msg.find("qa_outputs.weight"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[4, 16]"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[2, 32]"), std::string::npos) << msg;
@@ -331,7 +331,7 @@ TEST_F(TinyRoberta, LoaderErrorsNameTheTensor) {
     ts.push_back({"roberta.encoder.layer.0.attention.self.rotary", TensorDType::F32, {2}, std::vector<std::byte>(8)});
     ts.push_back({"roberta.pooler.dense.bias", TensorDType::F32, {2}, std::vector<std::byte>(8)});  // harmless
   });
-  msg = input_error([&] { RobertaModel::load({extra, DType::fp32, Device::cpu}); });
+  msg = input_error([&] { RobertaModel::load({extra, DType::fp32, "cpu"}); });
   EXPECT_NE(msg.find("roberta.encoder.layer.0.attention.self.rotary"), std::string::npos) << msg;
   EXPECT_NE(msg.find("unexpected"), std::string::npos) << msg;
 
@@ -341,8 +341,8 @@ TEST_F(TinyRoberta, LoaderErrorsNameTheTensor) {
       if (t.name.rfind("roberta.", 0) == 0) t.name = t.name.substr(8);
     }
   });
-  auto a = RobertaModel::load({qa_dir(), DType::fp32, Device::cpu});
-  auto b = RobertaModel::load({bare, DType::fp32, Device::cpu});
+  auto a = RobertaModel::load({qa_dir(), DType::fp32, "cpu"});
+  auto b = RobertaModel::load({bare, DType::fp32, "cpu"});
   auto ids = sequence(11, 2);
   std::vector<std::int64_t> mask(11, 1);
   std::vector<float> sa, ea, sb, eb;
@@ -365,15 +365,15 @@ TEST_F(TinyRoberta, LoaderErrorsNameTheTensor) {
         }
       },
       [](nlohmann::json& c) { c["tie_word_embeddings"] = false; });
-  auto tied = RobertaModel::load({mlm_dir(), DType::fp32, Device::cpu});
-  auto unt = RobertaModel::load({untied, DType::fp32, Device::cpu});
+  auto tied = RobertaModel::load({mlm_dir(), DType::fp32, "cpu"});
+  auto unt = RobertaModel::load({untied, DType::fp32, "cpu"});
   std::vector<float> lt, lu;
   tied->masked_lm(ids.data(), mask.data(), 1, 11, {{0, 3}}, lt);
   unt->masked_lm(ids.data(), mask.data(), 1, 11, {{0, 3}}, lu);
   EXPECT_EQ(lt, lu);
   const std::string untied_missing = edited_copy(mlm_dir(), "untied-missing", nullptr,
                                                  [](nlohmann::json& c) { c["tie_word_embeddings"] = false; });
-  msg = input_error([&] { RobertaModel::load({untied_missing, DType::fp32, Device::cpu}); });
+  msg = input_error([&] { RobertaModel::load({untied_missing, DType::fp32, "cpu"}); });
   EXPECT_NE(msg.find("lm_head.decoder.weight"), std::string::npos) << msg;
 }
 
@@ -393,7 +393,7 @@ TEST_F(TinyRoberta, ConfigErrorsNameTheKey) {
   };
   for (const auto& c : cases) {
     const std::string dir = edited_copy(qa_dir(), std::string("cfg-") + c.name, nullptr, c.edit);
-    const std::string msg = input_error([&] { RobertaModel::load({dir, DType::fp32, Device::cpu}); });
+    const std::string msg = input_error([&] { RobertaModel::load({dir, DType::fp32, "cpu"}); });
     EXPECT_NE(msg.find("config.json"), std::string::npos) << c.name << ": " << msg;
     EXPECT_NE(msg.find(c.expect), std::string::npos) << c.name << ": " << msg;
   }

@@ -47,7 +47,7 @@ std::vector<Sample> read_samples(const std::string& oracle) {
 TEST(GptqOracle, LayersDequantizeToTheReferenceWeightsExactly) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const std::string oracle = data + "/oracle/llama-gptq";
-  auto model = LlamaModel::load({oracle, DType::fp32, Device::cpu, "gptq"});
+  auto model = LlamaModel::load({oracle, DType::fp32, "cpu", "gptq"});
   EXPECT_EQ(model->quantization(), "gptq w4 g32 asym act_order");
   H5Reader ref(oracle + "/reference.h5");
   std::size_t layers = 0, resident = 0, fp16 = 0;
@@ -78,7 +78,7 @@ TEST(GptqOracle, LayersDequantizeToTheReferenceWeightsExactly) {
 TEST(GptqOracle, DirectGptqLoadMatchesHuggingFace) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const std::string oracle = data + "/oracle/llama-gptq";
-  auto model = LlamaModel::load({oracle, DType::fp32, Device::cpu});  // auto: whatever it holds
+  auto model = LlamaModel::load({oracle, DType::fp32, "cpu"});  // auto: whatever it holds
   EXPECT_EQ(model->quantization(), "gptq w4 g32 asym act_order");
   const std::int64_t V = 512, H = 64;
   const auto samples = read_samples(oracle);
@@ -130,9 +130,9 @@ TEST(GptqOracle, DirectGptqLoadMatchesHuggingFace) {
 TEST(GptqOracle, FloatRunOfAGptqCheckpointIsRefusedForBf16AndOtherMethods) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const std::string oracle = data + "/oracle/llama-gptq";
-  EXPECT_THROW(LlamaModel::load({oracle, DType::fp32, Device::cpu, "none"}), InputError);
-  EXPECT_THROW(LlamaModel::load({oracle, DType::fp32, Device::cpu, "int8"}), InputError);
-  EXPECT_THROW(LlamaModel::load({oracle, DType::bf16, Device::cpu}), InputError);
+  EXPECT_THROW(LlamaModel::load({oracle, DType::fp32, "cpu", "none"}), InputError);
+  EXPECT_THROW(LlamaModel::load({oracle, DType::fp32, "cpu", "int8"}), InputError);
+  EXPECT_THROW(LlamaModel::load({oracle, DType::bf16, "cpu"}), InputError);
 }
 
 // ---- a generated GPTQ checkpoint ------------------------------------------------------------------
@@ -153,7 +153,7 @@ class GptqTiny : public ::testing::Test {
 
   // The same model with every projection replaced by the float32 dequantization of its layer.
   static std::unique_ptr<LlamaModel> dequantized_float_model() {
-    auto model = LlamaModel::load({(dir_ / "gptq").string(), DType::fp32, Device::cpu});
+    auto model = LlamaModel::load({(dir_ / "gptq").string(), DType::fp32, "cpu"});
     const auto sites = model->linear_sites();
     for (std::size_t i = 0; i < sites.size(); ++i) {
       const auto* layer = sites[i].layer;
@@ -171,10 +171,10 @@ const std::vector<std::vector<std::int64_t>> kPrompts = {
     {1, 17, 99, 4, 200, 31, 8}, {1, 250}, {1, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 77}, {1, 42, 42, 42}};
 
 TEST_F(GptqTiny, CheckpointIsGptqAndDifferentFromTheFloatOne) {
-  auto q = LlamaModel::load({(dir_ / "gptq").string(), DType::fp32, Device::cpu});
+  auto q = LlamaModel::load({(dir_ / "gptq").string(), DType::fp32, "cpu"});
   EXPECT_EQ(q->quantization(), "gptq w4 g32 asym act_order");
   EXPECT_TRUE(fs::exists(dir_ / "gptq" / "quantize_config.json"));
-  auto f = LlamaModel::load({(dir_ / "float").string(), DType::fp32, Device::cpu});
+  auto f = LlamaModel::load({(dir_ / "float").string(), DType::fp32, "cpu"});
   // Rounding to 4 bits moves the weights (by at most half a step) but keeps them close.
   const auto qs = q->linear_sites(), fs_ = f->linear_sites();
   ASSERT_EQ(qs.size(), fs_.size());
@@ -187,7 +187,7 @@ TEST_F(GptqTiny, CheckpointIsGptqAndDifferentFromTheFloatOne) {
 }
 
 TEST_F(GptqTiny, MatchesTheFloatModelOfItsDequantizedWeights) {
-  auto q = LlamaModel::load({(dir_ / "gptq").string(), DType::fp32, Device::cpu});
+  auto q = LlamaModel::load({(dir_ / "gptq").string(), DType::fp32, "cpu"});
   auto f = dequantized_float_model();
   auto ref = testing::generate(*f, kPrompts, 12);
   auto got = testing::generate(*q, kPrompts, 12, &ref.tokens);  // teacher-forced on the float tokens
@@ -200,7 +200,7 @@ TEST_F(GptqTiny, MatchesTheFloatModelOfItsDequantizedWeights) {
 }
 
 TEST_F(GptqTiny, IndependentOfBatchAndPadding) {
-  auto q = LlamaModel::load({(dir_ / "gptq").string(), DType::fp32, Device::cpu});
+  auto q = LlamaModel::load({(dir_ / "gptq").string(), DType::fp32, "cpu"});
   auto batched = testing::generate(*q, kPrompts, 12);
   float worst = 0;
   for (std::size_t b = 0; b < kPrompts.size(); ++b) {

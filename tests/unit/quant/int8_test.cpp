@@ -671,7 +671,7 @@ class TinyRobertaInt8 : public ::testing::Test {
   static std::unique_ptr<RobertaModel> quantized(const Int8Settings& base, int calib,
                                                  std::vector<quant::QuantizedSite>* keep = nullptr,
                                                  Int8Settings* out_settings = nullptr) {
-    auto model = RobertaModel::load({qa_dir(), DType::fp32, Device::cpu});
+    auto model = RobertaModel::load({qa_dir(), DType::fp32, "cpu"});
     Int8Settings s = base;
     auto replace = [&](std::size_t i, quant::LinearPtr l) { return model->replace_linear(i, std::move(l)); };
     auto calibrate = [&] {
@@ -724,7 +724,7 @@ class TinyRobertaInt8 : public ::testing::Test {
 fs::path* TinyRobertaInt8::root_ = nullptr;
 
 TEST_F(TinyRobertaInt8, QaLogitsStayCloseToFp32InEveryMode) {
-  auto ref_model = RobertaModel::load({qa_dir(), DType::fp32, Device::cpu});
+  auto ref_model = RobertaModel::load({qa_dir(), DType::fp32, "cpu"});
   const std::vector<std::vector<std::int64_t>> seqs = {sequence(40, 1), sequence(25, 2), sequence(33, 3)};
   const Batch b = padded(seqs, 40);
   std::vector<float> rs, re;
@@ -817,7 +817,7 @@ TEST_F(TinyRobertaInt8, WrittenCheckpointLoadsAsTheSameModel) {
   cfg["quantization_config"] = s.to_json();
   std::ofstream(out / "config.json") << cfg.dump(2);
 
-  auto loaded = RobertaModel::load({out.string(), DType::fp32, Device::cpu, "int8"});
+  auto loaded = RobertaModel::load({out.string(), DType::fp32, "cpu", "int8"});
   EXPECT_NE(loaded->quantization().find("per_tensor_symm"), std::string::npos) << loaded->quantization();
   const Batch b = padded({sequence(20, 7), sequence(14, 8)}, 20);
   std::vector<float> s1, e1, s2, e2;
@@ -826,8 +826,8 @@ TEST_F(TinyRobertaInt8, WrittenCheckpointLoadsAsTheSameModel) {
   EXPECT_EQ(s1, s2);
   EXPECT_EQ(e1, e2);
   // A run that asks for another method is refused; a tensor missing is named.
-  EXPECT_THROW(RobertaModel::load({out.string(), DType::fp32, Device::cpu, "gptq"}), InputError);
-  expect_input_error([&] { RobertaModel::load({out.string(), DType::bf16, Device::cpu}); }, "model.dtype");
+  EXPECT_THROW(RobertaModel::load({out.string(), DType::fp32, "cpu", "gptq"}), InputError);
+  expect_input_error([&] { RobertaModel::load({out.string(), DType::bf16, "cpu"}); }, "model.dtype");
 }
 
 // BERT's calibration sees the token types the task feeds: the first projection's input (the
@@ -837,7 +837,7 @@ TEST_F(TinyRobertaInt8, WrittenCheckpointLoadsAsTheSameModel) {
 TEST_F(TinyRobertaInt8, BertCalibrationSeesTheTokenTypesItIsGiven) {
   const fs::path dir = *root_ / "bert-qa";
   make_roberta_checkpoint(dir.string(), "tiny-bert", EncoderHead::question_answering, 5, kVocab);
-  auto model = RobertaModel::load({dir.string(), DType::fp32, Device::cpu});
+  auto model = RobertaModel::load({dir.string(), DType::fp32, "cpu"});
   ASSERT_TRUE(model->uses_token_types());
   const auto ids = sequence(16, 3);
   std::vector<std::int64_t> types(ids.size(), 0);

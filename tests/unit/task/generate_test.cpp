@@ -29,7 +29,7 @@ class TinyLlama : public ::testing::Test {
     dir_ = new fs::path(testing::make_temp_dir("evalrun-gen"));
     make_llama_checkpoint(dir_->string(), "tiny-llama", 11, kVocab);
     write_tiny_bpe_tokenizer(dir_->string(), static_cast<int>(kVocab));
-    model_ = LlamaModel::load({dir_->string(), DType::fp32, Device::cpu}).release();
+    model_ = LlamaModel::load({dir_->string(), DType::fp32, "cpu"}).release();
   }
   static void TearDownTestSuite() {
     delete model_;
@@ -427,7 +427,7 @@ TEST(LatencySummary, MatchesTheSeedsReport) {
 TEST(GenerateStories, ReproducesTheReadmeContinuation) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const std::string dir = data + "/models/stories260K";
-  auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+  auto model = LlamaModel::load({dir, DType::fp32, "cpu"});
   const auto tok = DecoderTokenizer::from_dir(dir);
   GenerationOptions o;
   o.max_new_tokens = 20;

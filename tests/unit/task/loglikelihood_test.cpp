@@ -91,7 +91,7 @@ class TinyLlamaLoglik : public ::testing::Test {
     dir_ = new fs::path(testing::make_temp_dir("evalrun-loglik"));
     make_llama_checkpoint(dir_->string(), "tiny-llama", 7, kVocab);
     write_tiny_bpe_tokenizer(dir_->string(), static_cast<int>(kVocab));
-    model_ = LlamaModel::load({dir_->string(), DType::fp32, Device::cpu}).release();
+    model_ = LlamaModel::load({dir_->string(), DType::fp32, "cpu"}).release();
   }
   static void TearDownTestSuite() {
     delete model_;

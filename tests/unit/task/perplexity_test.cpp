@@ -85,7 +85,7 @@ class TinyLlamaPerplexity : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new fs::path(testing::make_temp_dir("evalrun-ppl"));
     make_llama_checkpoint(dir_->string(), "tiny-llama", 3, kVocab);
-    model_ = LlamaModel::load({dir_->string(), DType::fp32, Device::cpu}).release();
+    model_ = LlamaModel::load({dir_->string(), DType::fp32, "cpu"}).release();
     std::mt19937 rng(9);
     std::uniform_int_distribution<std::int64_t> id(3, kVocab - 1);
     tokens_ = new Ids{1};
@@ -245,7 +245,7 @@ TEST_F(TinyLlamaPerplexity, BatchDoneReportsEveryWindowOnceWithItsFinalScores) {
 TEST(PerplexityStories, WikiTextPieceIsFiniteAndAboveOne) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   const std::string dir = data + "/models/stories260K";
-  auto model = LlamaModel::load({dir, DType::fp32, Device::cpu});
+  auto model = LlamaModel::load({dir, DType::fp32, "cpu"});
   const auto tok = DecoderTokenizer::from_dir(dir);
   std::ifstream in(data + "/wikitext-2/wiki.test.txt", std::ios::binary);
   ASSERT_TRUE(in);

@@ -1,0 +1,171 @@
+// Device residency (issue 21) as far as a machine without a GPU can check it. Off the host a model
+// runs its torch path with every tensor on ModelLoad::device, so:
+//  * the torch path (the one every device runs) gives the fast host path's numbers, for every
+//    decoder family and encoder head, with padding and a KV cache;
+//  * a load onto another device moves every weight there once, a tied head staying one tensor, and
+//    picks the device's compute dtype (fp16 computes in float16 off the host, float32 on it);
+//  * what cannot run off the host (quantized kernels, a device string torch does not know) is refused.
+// "meta" stands in for the other device: libtorch 1.13 moves tensors there without a GPU (it has no
+// meta kernels for index_select, so a forward cannot run there). scripts/gpu_check.sh runs the rest
+// on a GPU.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/errors.hpp"
+#include "fixtures/make_model.hpp"
+#include "fixtures/make_quantized.hpp"
+#include "llama_test_util.hpp"
+#include "model/llama.hpp"
+#include "model/roberta.hpp"
+#include "ops/gemm.hpp"
+#include "test_util.hpp"
+
+namespace evalrun {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::max_abs_diff;
+
+class DeviceResidency : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { root_ = new fs::path(testing::make_temp_dir("evalrun-residency-test")); }
+  static void TearDownTestSuite() {
+    fs::remove_all(*root_);
+    delete root_;
+  }
+  static std::string llama(const std::string& preset) {
+    const fs::path dir = *root_ / preset;
+    if (!fs::exists(dir)) make_llama_checkpoint(dir.string(), preset, 5, 96);
+    return dir.string();
+  }
+  static std::string encoder(const std::string& preset, EncoderHead head) {
+    const fs::path dir = *root_ / (preset + (head == EncoderHead::question_answering ? "-qa" : "-mlm"));
+    if (!fs::exists(dir)) make_roberta_checkpoint(dir.string(), preset, head, 5, 120);
+    return dir.string();
+  }
+  // The same checkpoint on the torch path: oneDNN's sgemm off at load fixes the path for the model's life.
+  template <class M>
+  static std::unique_ptr<M> torch_path(const std::string& dir) {
+    ops::set_onednn_sgemm_enabled(false);
+    auto model = M::load({dir, DType::fp32, "cpu"});
+    ops::set_onednn_sgemm_enabled(true);
+    return model;
+  }
+  static fs::path* root_;
+};
+fs::path* DeviceResidency::root_ = nullptr;
+
+TEST_F(DeviceResidency, DecoderTorchPathEqualsTheHostPathForEveryFamily) {
+  if (!ops::have_onednn_sgemm()) GTEST_SKIP() << "no oneDNN sgemm: every run is on the torch path";
+  // Two prompts of different lengths (left padding) and 4 cached decode steps.
+  const std::vector<std::vector<std::int64_t>> prompts{{3, 17, 40, 9, 60, 11, 25}, {8, 90, 4}};
+  for (const std::string preset : {"tiny-llama", "tiny-granite", "tiny-mistral", "tiny-qwen2", "tiny-mixtral",
+                                   "tiny-gemma", "tiny-starcoder2", "tiny-gpt-bigcode", "tiny-gpt2"}) {
+    const std::string dir = llama(preset);
+    auto host = LlamaModel::load({dir, DType::fp32, "cpu"});
+    auto torch = torch_path<LlamaModel>(dir);
+    const auto want = testing::generate(*host, prompts, 4);
+    const auto got = testing::generate(*torch, prompts, 4, &want.tokens);
+    for (std::size_t b = 0; b < prompts.size(); ++b) {
+      EXPECT_EQ(got.tokens[b], want.tokens[b]) << preset << " row " << b;
+      for (std::size_t s = 0; s < want.step_logits[b].size(); ++s) {
+        EXPECT_LT(max_abs_diff(got.step_logits[b][s], want.step_logits[b][s]), 1e-4f)
+            << preset << " row " << b << " step " << s;
+      }
+    }
+    const std::vector<std::int64_t> ids{5, 9, 2, 77, 31};
+    const auto hs = torch->hidden_states(ids.data(), 1, 5), hw = host->hidden_states(ids.data(), 1, 5);
+    ASSERT_EQ(hs.size(), hw.size()) << preset;
+    for (std::size_t l = 0; l < hs.size(); ++l) EXPECT_LT(max_abs_diff(hs[l], hw[l]), 1e-4f) << preset << " " << l;
+  }
+}
+
+TEST_F(DeviceResidency, EncoderTorchPathEqualsTheHostPathForEveryHead) {
+  if (!ops::have_onednn_sgemm()) GTEST_SKIP() << "no oneDNN sgemm: every run is on the torch path";
+  // Two rows, the second padded; BERT with question / context token types.
+  const std::int64_t B = 2, L = 9;
+  const std::vector<std::int64_t> ids{0, 11, 40, 7, 2, 2, 50, 61, 2, 0, 33, 9, 2, 2, 17, 2, 1, 1};
+  const std::vector<std::int64_t> mask{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0};
+  const std::vector<std::int64_t> types{0, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 0};  // where the model has them
+  for (const std::string preset : {"tiny", "tiny-bert", "tiny-distilbert"}) {
+    for (const EncoderHead head : {EncoderHead::question_answering, EncoderHead::masked_lm}) {
+      if (preset == "tiny-distilbert" && head == EncoderHead::masked_lm) continue;  // qa only (make_model)
+      const std::string dir = encoder(preset, head);
+      auto host = RobertaModel::load({dir, DType::fp32, "cpu"});
+      auto torch = torch_path<RobertaModel>(dir);
+      const std::int64_t* type_ids = host->uses_token_types() ? types.data() : nullptr;
+      if (head == EncoderHead::question_answering) {
+        std::vector<float> s1, e1, s2, e2;
+        host->question_answering(ids.data(), mask.data(), type_ids, B, L, s1, e1);
+        torch->question_answering(ids.data(), mask.data(), type_ids, B, L, s2, e2);
+        EXPECT_LT(max_abs_diff(s1, s2), 1e-4f) << preset;
+        EXPECT_LT(max_abs_diff(e1, e2), 1e-4f) << preset;
+      } else {
+        const std::vector<std::pair<std::int64_t, std::int64_t>> at{{0, 3}, {1, 5}, {1, 1}};
+        std::vector<float> l1, l2;
+        host->masked_lm(ids.data(), mask.data(), type_ids, B, L, at, l1);
+        torch->masked_lm(ids.data(), mask.data(), type_ids, B, L, at, l2);
+        ASSERT_EQ(l1.size(), 3u * 120u) << preset;
+        EXPECT_LT(max_abs_diff(l1, l2), 1e-4f) << preset;
+      }
+      const auto h1 = host->hidden_states(ids.data(), mask.data(), type_ids, B, L);
+      const auto h2 = torch->hidden_states(ids.data(), mask.data(), type_ids, B, L);
+      ASSERT_EQ(h1.size(), h2.size());
+      for (std::size_t l = 0; l < h1.size(); ++l) EXPECT_LT(max_abs_diff(h1[l], h2[l]), 1e-4f) << preset << " " << l;
+    }
+  }
+}
+
+TEST_F(DeviceResidency, LoadMovesEveryWeightToTheDeviceOnce) {
+  // Untied (tiny-llama) and tied (tiny-qwen2: lm_head is the embeddings) decoders, an encoder whose
+  // MLM decoder is tied to the word embeddings: the same bytes on the device as on the host, so no
+  // tensor was left behind twice and a tie stayed one tensor.
+  for (const std::string preset : {"tiny-llama", "tiny-qwen2", "tiny-mixtral", "tiny-gpt2"}) {
+    for (const DType dtype : {DType::fp32, DType::bf16}) {
+      auto host = LlamaModel::load({llama(preset), dtype, "cpu"});
+      auto off = LlamaModel::load({llama(preset), dtype, "meta"});
+      EXPECT_EQ(off->device(), "meta") << preset;
+      EXPECT_EQ(host->device(), "cpu") << preset;
+      EXPECT_EQ(off->weight_bytes(), host->weight_bytes()) << preset;
+      EXPECT_STREQ(off->compute_dtype(), host->compute_dtype()) << preset;
+    }
+  }
+  auto mlm_host = RobertaModel::load({encoder("tiny", EncoderHead::masked_lm), DType::fp32, "cpu"});
+  auto mlm_off = RobertaModel::load({encoder("tiny", EncoderHead::masked_lm), DType::fp32, "meta"});
+  EXPECT_EQ(mlm_off->device(), "meta");
+  EXPECT_EQ(mlm_off->weight_bytes(), mlm_host->weight_bytes());
+
+  // fp16: float16-rounded weights computed in float32 on the host (no float16 GEMM on this CPU),
+  // float16 compute off it, with half the bytes.
+  auto h16 = LlamaModel::load({llama("tiny-llama"), DType::fp16, "cpu"});
+  auto d16 = LlamaModel::load({llama("tiny-llama"), DType::fp16, "meta"});
+  EXPECT_STREQ(h16->compute_dtype(), "float32");
+  EXPECT_STREQ(d16->compute_dtype(), "float16");
+  EXPECT_EQ(d16->weight_bytes() * 2, h16->weight_bytes());
+  auto e16 = RobertaModel::load({encoder("tiny", EncoderHead::question_answering), DType::fp16, "meta"});
+  EXPECT_STREQ(e16->compute_dtype(), "float16");
+}
+
+TEST_F(DeviceResidency, WhatCannotRunOffTheHostIsRefused) {
+  const fs::path gptq = *root_ / "gptq";
+  quant::GptqSettings settings;
+  settings.group_size = 32;
+  fs::copy(llama("tiny-llama"), gptq);  // quantized in place
+  make_gptq_checkpoint(gptq.string(), settings, 3);
+  try {
+    LlamaModel::load({gptq.string(), DType::fp32, "meta"});
+    ADD_FAILURE() << "a GPTQ checkpoint loaded off the host";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where(), "quantization.method");
+    EXPECT_NE(std::string(e.what()).find("float checkpoints only"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(LlamaModel::load({gptq.string(), DType::fp32, "cpu"}));
+  EXPECT_THROW(LlamaModel::load({llama("tiny-llama"), DType::fp32, "gpu:0"}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace evalrun
