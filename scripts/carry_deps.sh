@@ -103,8 +103,8 @@ EOF
 }
 
 # The tests `prove` runs by default: the HDF5, MPI and device paths the GPU check relies on.
-prove_targets=(evalrun evalrun_aiu_cpu_plugin io_hdf5_test dist_test device_test mpi_run_test device_run_test)
-prove_tests='^(H5Test|Batches|Serialize|Sharding|Placement|AiuEnv|Plan|Plugin|MpiRun|DeviceRun)\.'
+prove_targets=(evalrun evalrun_aiu_cpu_plugin io_hdf5_test dist_test device_test device_residency_test mpi_run_test device_run_test)
+prove_tests='^(H5Test|Batches|Serialize|Sharding|Placement|AiuEnv|Plan|Plugin|MpiRun|DeviceRun|DeviceResidency)\.'
 
 prove() {
   [ "$(id -u)" -eq 0 ] || die "prove needs root (a private mount namespace hides the system packages)"

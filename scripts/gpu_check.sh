@@ -5,7 +5,7 @@
 #      the machine has no Debian packages, unpacks the carried ones (.carry/, scripts/carry_deps.sh);
 #   2. builds build-cuda/ with -DEVALRUN_CUDA=ON (evalrun and the device tests only, all cores);
 #   3. runs the device tests (plans, residency, the MPI device runs);
-#   4. parity: QA and generation with model.device = "cuda" against the CPU fp32 run of the same
+#   4. parity: QA, generation and GPTQ generation with model.device = "cuda" against the CPU fp32 run of the same
 #      checkpoints: tiny ones in fp32 with the CI regression's limits (tests/regression/thresholds.toml:
 #      logits within 1e-4, identical answers and tokens); fp16 and bf16 with QA logits within 2e-2 and
 #      identical answers, generation within 2e-2 at every step up to the first divergence (on
@@ -98,6 +98,7 @@ w=$out/work
 mkdir -p "$w"
 "$bin" make-model --head qa --preset tiny --seed 1 --out "$w/tiny-qa" >/dev/null
 "$bin" make-model --preset tiny-llama --seed 1 --out "$w/tiny-llama" >/dev/null
+"$bin" make-model --preset tiny-llama --seed 1 --gptq --group-size 32 --desc-act --out "$w/tiny-gptq" >/dev/null
 cat > "$w/qa.toml" <<EOF
 [run]
 name = "gpu_qa"
@@ -158,11 +159,15 @@ run() {  # run CONFIG OUTFILE args...
   mpirun --allow-run-as-root --bind-to none -n "$ranks" "$bin" "$cfg" --set output.path="$file" "$@"
 }
 echo "## parity ($dev against cpu fp32)" >> "$summary"
+sed "s#$w/tiny-llama#$w/tiny-gptq#; s#gpu_gen#gpu_gptq#" "$w/gen.toml" > "$w/gptq.toml"
 [ -n "$stories" ] && { run "$w/stories.toml" "$out/stories-cpu.h5" --set model.device=cpu || fail "stories cpu run"; }
-for task in qa gen; do
+for task in qa gen gptq; do
   run "$w/$task.toml" "$out/$task-cpu.h5" --set model.device=cpu || fail "$task cpu run"
   for dt in fp32 fp16 bf16; do
     if [ "$mode" = rehearse ] && [ "$dt" = fp16 ]; then continue; fi  # fp16 computes in float32 on the host
+    # GPTQ: the host's exact W4A16 kernels (float32) against the GPU's dequantized layers; the host
+    # runs GPTQ in float32 only, so a rehearsal has nothing to compare.
+    if [ "$task" = gptq ] && [ "$mode" = rehearse ]; then continue; fi
     t=$task cfg=$w/$task.toml ref=$out/$task-cpu.h5 limits=tests/regression/thresholds.toml
     if [ "$dt" != fp32 ]; then
       limits=$w/half.toml

@@ -25,25 +25,27 @@ std::string host_compute(DType d) {
   return "float32";
 }
 
-// Quantized layers (src/quant) compute on the host: a device that is not the host runs float
-// checkpoints only. The AIU's projections take float32 rows through the plugin, so it runs no bf16
-// either; CUDA runs the whole model in fp32, fp16 or bf16.
-void check_float_only(const RunSpec& spec, const std::string& device, std::vector<Problem>& problems) {
-  if (spec.model.device == Device::aiu && spec.model.dtype == DType::bf16) {
+// The integer and fp8 kernels (src/quant) compute on the host. CUDA runs float checkpoints in fp32,
+// fp16 or bf16, and GPTQ ones dequantized at load (W4A16 as dequantize-then-matmul; the loader refuses
+// an INT8 or FP8 checkpoint that "auto" finds). The AIU's projections take float32 rows through the
+// plugin: float checkpoints only, no bf16.
+void check_formats(const RunSpec& spec, const std::string& device, std::vector<Problem>& problems) {
+  const bool aiu = spec.model.device == Device::aiu;
+  if (aiu && spec.model.dtype == DType::bf16) {
     problems.push_back({"model.dtype", "\"bf16\" is not available with model.device = \"" + device +
                                            "\": use \"fp16\" or \"fp32\" (README \"Devices\")"});
   }
   const auto& q = spec.quantization;
-  if (q.direct || (q.method != "auto" && q.method != "none")) {
+  const bool runs = q.method == "auto" || q.method == "none" || (!aiu && q.method == "gptq");
+  if (q.direct || !runs) {
     problems.push_back({"quantization.method", "\"" + q.method + "\"" + (q.direct ? " with direct = true" : "") +
-                                                   ": model.device = \"" + device +
-                                                   "\" runs float checkpoints only (the quantized kernels run on "
-                                                   "the host)"});
+                                                   ": model.device = \"" + device + "\" runs float checkpoints" +
+                                                   (aiu ? "" : " and GPTQ ones") +
+                                                   " only (the integer and fp8 kernels run on the host)"});
   }
   if (q.lm_head != "float") {
-    problems.push_back({"quantization.lm_head", "\"" + q.lm_head + "\": model.device = \"" + device +
-                                                    "\" runs float checkpoints only (the quantized kernels run on "
-                                                    "the host)"});
+    problems.push_back({"quantization.lm_head", "\"" + q.lm_head + "\" is not available with model.device = \"" +
+                                                    device + "\" (the INT8 kernel runs on the host)"});
   }
 }
 
@@ -149,7 +151,7 @@ RankPlan plan_rank(const RunSpec& spec, const RankPlace& place, const EnvLookup&
           p.problems.push_back({e.where(), e.detail()});
         }
       }
-      check_float_only(spec, "cuda", p.problems);
+      check_formats(spec, "cuda", p.problems);
       p.compute = "the whole model " + device_compute(spec.model.dtype) + " on " + p.device +
                   " (weights, activations, attention, norms, KV cache); logits and results copied to the host";
       break;
@@ -161,7 +163,7 @@ RankPlan plan_rank(const RunSpec& spec, const RankPlace& place, const EnvLookup&
       p.card = e.card;
       p.notes = e.notes;
       p.problems = e.problems;
-      check_float_only(spec, "aiu", p.problems);
+      check_formats(spec, "aiu", p.problems);
       if (!spec.aiu.plugin.empty()) {
         p.plugin = spec.aiu.plugin;
         p.plugin_from = "aiu.plugin";

@@ -895,7 +895,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const ModelLoad& how_to) {
     if (!used.count(name)) throw InputError(ckpt.dir() + ": tensor '" + name + "'", "unexpected tensor for this architecture");
   }
   if (!c.learned_positions) m.inv_freq = rope_inv_freq(c);  // stays on the host: rope tables are made there
-  m.finish_load();
+  m.finish_load(/*transposed=*/false);
   return std::unique_ptr<LlamaModel>(new LlamaModel(std::move(impl)));
 }
 

@@ -131,14 +131,19 @@ quant::LinearPtr load_linear(const LinearLoad& how, const std::string& prefix, s
   throw std::logic_error("load_linear: unhandled method");
 }
 
-void check_quantization(const quant::QuantConfig& found, const std::string& expected_method, DType dtype) {
+void check_quantization(const quant::QuantConfig& found, const std::string& expected_method, DType dtype, bool host) {
   const std::string method = quant::to_string(found.method);
   if (expected_method != "auto" && expected_method != method) {
     throw InputError("quantization.method", "is \"" + expected_method + "\" but the checkpoint is " +
                                                 (found.method == quant::Method::none ? std::string("not quantized")
                                                                                      : "quantized with " + method + " (" + found.where + ")"));
   }
-  if (found.method != quant::Method::none && dtype == DType::bf16) {
+  if (!host && (found.method == quant::Method::int8 || found.method == quant::Method::fp8)) {
+    throw InputError("quantization.method", "the checkpoint is quantized with " + method + " (" + found.where +
+                                                "): off the host (model.device) only float and GPTQ checkpoints run; " +
+                                                method + "'s integer / fp8 kernels run on the host only");
+  }
+  if (host && found.method != quant::Method::none && dtype == DType::bf16) {
     throw InputError("model.dtype", "bf16 is not available for " + method +
                                         " checkpoints: quantized layers take float32 activations (use fp32)");
   }

@@ -100,8 +100,10 @@ quant::LinearPtr load_linear(const LinearLoad& how, const std::string& prefix, s
 
 // Compares the run's [quantization] method ("auto" accepts whatever the checkpoint holds) with the
 // checkpoint's (InputError naming quantization.method), and refuses a quantized checkpoint with a
-// bfloat16 run (quantized layers take float32 activations; InputError naming model.dtype).
-void check_quantization(const quant::QuantConfig& found, const std::string& expected_method, DType dtype);
+// bfloat16 run on the host (quantized layers take float32 activations; InputError naming model.dtype).
+// Off the host (`host` false) only GPTQ runs, dequantized at load (Weights::finish_load): INT8 and FP8
+// are an InputError naming quantization.method.
+void check_quantization(const quant::QuantConfig& found, const std::string& expected_method, DType dtype, bool host);
 
 // config.json: parsed object (InputError naming the file when missing, not JSON or not an object).
 nlohmann::json read_config_json(const std::string& path);

@@ -17,7 +17,11 @@ quant::LinearPtr Model::replace_linear(std::size_t site, quant::LinearPtr layer)
   return model::replace_slot(slots, site, std::move(layer), weights().use_sgemm, architecture().c_str());
 }
 
-std::string Model::quantization() const { return weights().quant.describe(); }
+std::string Model::quantization() const {
+  const model::Weights& w = weights();
+  if (w.on_host() || w.quant.method == quant::Method::none) return w.quant.describe();
+  return w.quant.describe() + " (dequantized to " + compute_dtype() + " on " + w.device.str() + " at load)";
+}
 
 const char* Model::compute_dtype() const {
   switch (weights().st) {

@@ -505,7 +505,7 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const ModelLoad& how_to) {
     }
   }
   r.check_no_unexpected();
-  m.finish_load();
+  m.finish_load(/*transposed=*/true);
   return std::unique_ptr<RobertaModel>(new RobertaModel(std::move(impl)));
 }
 

@@ -20,13 +20,7 @@ void Weights::begin_load(const ModelLoad& how) {
     throw std::invalid_argument("ModelLoad: '" + how.device + "' is not a torch device");
   }
   quant = quant::read_quant_config(how.dir);
-  check_quantization(quant, how.quantization_method, how.dtype);
-  if (!on_host() && quant.method != quant::Method::none) {
-    // The quantized layers' kernels (src/quant) read host memory.
-    throw InputError("quantization.method", "the checkpoint is quantized (" + quant.describe() +
-                                                "): model.device = \"" + how.device.substr(0, how.device.find(':')) +
-                                                "\" runs float checkpoints only");
-  }
+  check_quantization(quant, how.quantization_method, how.dtype, on_host());
   switch (how.dtype) {
     case DType::bf16: st = at::kBFloat16; break;
     case DType::fp16: st = on_host() ? at::kFloat : at::kHalf; break;
@@ -42,7 +36,7 @@ at::TensorOptions Weights::on_device(at::ScalarType dtype) const {
   return at::TensorOptions().dtype(dtype).device(device);
 }
 
-void Weights::finish_load() {
+void Weights::finish_load(bool transposed) {
   if (on_host()) return;
   std::vector<std::pair<at::Tensor, at::Tensor>> moved;  // host tensor, its copy on the device
   for (at::Tensor* t : tensors()) {
@@ -57,7 +51,13 @@ void Weights::finish_load() {
     }
     *t = copy;
   }
-  for (const auto& slot : slots()) quant::as_dense(**slot.layer).move_to(device);
+  for (const auto& slot : slots()) {
+    quant::LinearPtr& layer = *slot.layer;
+    // GPTQ (the only quantized format check_quantization lets off the host): W4A16 as
+    // dequantize-then-matmul, the weights dequantized once here.
+    if (dynamic_cast<quant::DenseLinear*>(layer.get()) == nullptr) layer = quant::dequantized(*layer, st, device, transposed);
+    quant::as_dense(*layer).move_to(device);
+  }
 }
 
 at::Tensor Weights::summed(const at::Tensor& partial) const {

@@ -45,9 +45,11 @@ struct Weights {
   // Options for a tensor of the compute dtype (or `dtype`) on the model's device.
   at::TensorOptions on_device() const;
   at::TensorOptions on_device(at::ScalarType dtype) const;
-  // The end of every architecture's load: off the host, moves tensors() and the float layers of
-  // slots() to `device` once (a tensor listed twice, a tied head, stays one tensor).
-  void finish_load();
+  // The end of every architecture's load: off the host, moves tensors() and the layers of slots() to
+  // `device` once (a tensor listed twice, a tied head, stays one tensor). GPTQ layers become float
+  // layers there, dequantized once (W4A16 as dequantize-then-matmul; their kernels read host memory),
+  // stored W^T when `transposed` (the model's float layout, LinearLoad::transposed).
+  void finish_load(bool transposed);
   // The tensor-parallel sum of a partial product (of any dtype, on `device`), summed in float32 (MPI
   // has no bfloat16 or float16): in device memory when device_sync is set, else through the host.
   at::Tensor summed(const at::Tensor& partial) const;

@@ -39,6 +39,11 @@ class DenseLinear final : public Linear {
   bool transposed_;
 };
 
+// A float layer holding `layer`'s exact float32 weights (dequantized, for a quantized one) as `dtype` on
+// `device`, stored W^T when `transposed`: how GPTQ runs off the host, whose packed kernels read host
+// memory (Weights::finish_load).
+LinearPtr dequantized(const Linear& layer, torch::ScalarType dtype, const torch::Device& device, bool transposed);
+
 // The DenseLinear inside `layer` (InputError-free: throws std::logic_error when the layer is
 // quantized, which the loaders rule out before the torch path runs).
 const DenseLinear& as_dense(const Linear& layer);

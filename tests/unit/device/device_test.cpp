@@ -192,7 +192,7 @@ TEST(Plan, CudaInACpuOnlyBuildSaysHowToBuildIt) {
   EXPECT_EQ(e.where(), "model.device");
 }
 
-TEST(Plan, CudaRunsTheWholeFloatModelInEveryDtype) {
+TEST(Plan, CudaRunsTheWholeModelInEveryDtypeFloatOrGptq) {
   // What the plan says beside "not built with CUDA" holds for a CUDA build as well.
   auto plan = [](const std::string& extra) {
     return plan_rank(parse_run_spec("[run]\nname = \"t\"\n[model]\npath = \"m\"\ndevice = \"cuda\"\n" + extra +
@@ -208,10 +208,14 @@ TEST(Plan, CudaRunsTheWholeFloatModelInEveryDtype) {
     EXPECT_NE(p.compute.find("the whole model " + compute + " on cuda"), std::string::npos) << p.compute;
     EXPECT_NE(p.compute.find("KV cache"), std::string::npos) << p.compute;
   }
-  auto gptq = plan("[quantization]\nmethod = \"gptq\"\n");
-  EXPECT_TRUE(has_problem(gptq.problems, "quantization.method", "float checkpoints only"));
+  // GPTQ runs dequantized at load; INT8, FP8, direct quantization and an INT8 lm_head do not.
+  EXPECT_FALSE(has_problem(plan("[quantization]\nmethod = \"gptq\"\n").problems, "quantization.method", ""));
+  for (const std::string q : {"method = \"int8\"", "method = \"fp8\"", "method = \"int8\"\ndirect = true"}) {
+    auto p = plan("[quantization]\n" + q + "\n");
+    EXPECT_TRUE(has_problem(p.problems, "quantization.method", "float checkpoints and GPTQ ones only")) << q;
+  }
   auto head = plan("[quantization]\nlm_head = \"int8\"\n");
-  EXPECT_TRUE(has_problem(head.problems, "quantization.lm_head", "float checkpoints only"));
+  EXPECT_TRUE(has_problem(head.problems, "quantization.lm_head", "INT8 kernel runs on the host"));
   EXPECT_FALSE(has_problem(plan("").problems, "quantization.method", ""));
 }
 

@@ -4,11 +4,13 @@
 //    decoder family and encoder head, with padding and a KV cache;
 //  * a load onto another device moves every weight there once, a tied head staying one tensor, and
 //    picks the device's compute dtype (fp16 computes in float16 off the host, float32 on it);
-//  * what cannot run off the host (quantized kernels, a device string torch does not know) is refused.
+//  * GPTQ is dequantized at load into float layers there; INT8 / FP8 (host kernels) and a device
+//    string torch does not know are refused.
 // "meta" stands in for the other device: libtorch 1.13 moves tensors there without a GPU (it has no
 // meta kernels for index_select, so a forward cannot run there). scripts/gpu_check.sh runs the rest
 // on a GPU.
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 
 #include <filesystem>
 #include <stdexcept>
@@ -22,6 +24,7 @@
 #include "model/llama.hpp"
 #include "model/roberta.hpp"
 #include "ops/gemm.hpp"
+#include "quant/dense.hpp"
 #include "test_util.hpp"
 
 namespace evalrun {
@@ -54,6 +57,22 @@ class DeviceResidency : public ::testing::Test {
     auto model = M::load({dir, DType::fp32, "cpu"});
     ops::set_onednn_sgemm_enabled(true);
     return model;
+  }
+  // tiny-llama's projections GPTQ-quantized in place (group 32, asymmetric, act-order).
+  static quant::GptqSettings gptq_settings() {
+    quant::GptqSettings settings;
+    settings.group_size = 32;
+    settings.sym = false;
+    settings.desc_act = true;
+    return settings;
+  }
+  static std::string gptq_llama() {
+    const fs::path dir = *root_ / "gptq";
+    if (!fs::exists(dir)) {
+      fs::copy(llama("tiny-llama"), dir);
+      make_gptq_checkpoint(dir.string(), gptq_settings(), 3);
+    }
+    return dir.string();
   }
   static fs::path* root_;
 };
@@ -150,20 +169,79 @@ TEST_F(DeviceResidency, LoadMovesEveryWeightToTheDeviceOnce) {
   EXPECT_STREQ(e16->compute_dtype(), "float16");
 }
 
-TEST_F(DeviceResidency, WhatCannotRunOffTheHostIsRefused) {
-  const fs::path gptq = *root_ / "gptq";
-  quant::GptqSettings settings;
-  settings.group_size = 32;
-  fs::copy(llama("tiny-llama"), gptq);  // quantized in place
-  make_gptq_checkpoint(gptq.string(), settings, 3);
+// On a machine with a GPU (a CUDA build: scripts/gpu_check.sh runs this), the same models on cuda:0.
+TEST_F(DeviceResidency, OnCudaTheModelsGiveTheHostsNumbers) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<std::vector<std::int64_t>> prompts{{3, 17, 40, 9, 60, 11, 25}, {8, 90, 4}};
+  for (const std::string preset : {"tiny-llama", "tiny-mixtral", "tiny-gpt2", "tiny-gemma", "gptq"}) {
+    const std::string dir = preset == "gptq" ? gptq_llama() : llama(preset);
+    auto host = LlamaModel::load({dir, DType::fp32, "cpu"});
+    auto gpu = LlamaModel::load({dir, DType::fp32, "cuda:0"});
+    EXPECT_EQ(gpu->device(), "cuda:0") << preset;
+    const auto want = testing::generate(*host, prompts, 4);
+    const auto got = testing::generate(*gpu, prompts, 4, &want.tokens);
+    for (std::size_t b = 0; b < prompts.size(); ++b) {
+      EXPECT_EQ(got.tokens[b], want.tokens[b]) << preset << " row " << b;
+      for (std::size_t s = 0; s < want.step_logits[b].size(); ++s) {
+        EXPECT_LT(max_abs_diff(got.step_logits[b][s], want.step_logits[b][s]), 1e-4f) << preset << " step " << s;
+      }
+    }
+  }
+  const std::vector<std::int64_t> ids{0, 11, 40, 7, 2, 2, 50, 61, 2}, mask(9, 1);
+  auto host = RobertaModel::load({encoder("tiny", EncoderHead::question_answering), DType::fp32, "cpu"});
+  auto gpu = RobertaModel::load({encoder("tiny", EncoderHead::question_answering), DType::fp32, "cuda:0"});
+  std::vector<float> s1, e1, s2, e2;
+  host->question_answering(ids.data(), mask.data(), 1, 9, s1, e1);
+  gpu->question_answering(ids.data(), mask.data(), 1, 9, s2, e2);
+  EXPECT_LT(max_abs_diff(s1, s2), 1e-4f);
+  EXPECT_LT(max_abs_diff(e1, e2), 1e-4f);
+}
+
+TEST_F(DeviceResidency, GptqIsDequantizedAtLoadIntegerAndFp8AreRefused) {
+  // GPTQ off the host: float layers of the compute dtype, dequantized once, holding what the float
+  // checkpoint's layers hold (make_gptq_checkpoint quantizes tiny-llama's projections in place).
+  const quant::GptqSettings settings = gptq_settings();
+  const fs::path gptq = gptq_llama();
+  for (const DType dtype : {DType::fp16, DType::bf16}) {
+    auto q = LlamaModel::load({gptq.string(), dtype, "meta"});
+    auto f = LlamaModel::load({llama("tiny-llama"), dtype, "meta"});
+    EXPECT_EQ(q->device(), "meta");
+    EXPECT_EQ(q->weight_bytes(), f->weight_bytes());
+    EXPECT_NE(q->quantization().find(settings.describe() + " (dequantized to " + f->compute_dtype() + " on meta at load)"),
+              std::string::npos)
+        << q->quantization();
+  }
+  // On the host it stays packed and bf16 stays refused (quantized kernels take float32 rows).
+  auto host = LlamaModel::load({gptq.string(), DType::fp32, "cpu"});
+  EXPECT_EQ(host->quantization(), settings.describe());
+  EXPECT_LT(host->weight_bytes(), LlamaModel::load({llama("tiny-llama"), DType::fp32, "cpu"})->weight_bytes());
+  EXPECT_THROW(LlamaModel::load({gptq.string(), DType::bf16, "cpu"}), InputError);
+  // The layers finish_load puts on the device, made on the host: the packed kernels' numbers.
+  const std::vector<std::vector<std::int64_t>> prompts{{3, 17, 40, 9, 60, 11, 25}, {8, 90, 4}};
+  const auto want = testing::generate(*host, prompts, 4);
+  const auto sites = host->linear_sites();
+  for (std::size_t i = 0; i < sites.size(); ++i) {
+    host->replace_linear(i, quant::dequantized(*sites[i].layer, torch::kFloat32, torch::kCPU, /*transposed=*/false));
+  }
+  EXPECT_EQ(host->quantization(), settings.describe());
+  const auto got = testing::generate(*host, prompts, 4, &want.tokens);
+  for (std::size_t b = 0; b < prompts.size(); ++b) {
+    EXPECT_EQ(got.tokens[b], want.tokens[b]) << "row " << b;
+    for (std::size_t s = 0; s < want.step_logits[b].size(); ++s) {
+      EXPECT_LT(max_abs_diff(got.step_logits[b][s], want.step_logits[b][s]), 1e-4f) << "row " << b << " step " << s;
+    }
+  }
+
+  const fs::path fp8 = *root_ / "fp8";
+  fs::copy(llama("tiny-llama"), fp8);
+  make_fp8_checkpoint(fp8.string(), quant::Fp8Settings{}, false, 3);
   try {
-    LlamaModel::load({gptq.string(), DType::fp32, "meta"});
-    ADD_FAILURE() << "a GPTQ checkpoint loaded off the host";
+    LlamaModel::load({fp8.string(), DType::fp16, "meta"});
+    ADD_FAILURE() << "an FP8 checkpoint loaded off the host";
   } catch (const InputError& e) {
     EXPECT_EQ(e.where(), "quantization.method");
-    EXPECT_NE(std::string(e.what()).find("float checkpoints only"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("only float and GPTQ checkpoints run"), std::string::npos) << e.what();
   }
-  EXPECT_NO_THROW(LlamaModel::load({gptq.string(), DType::fp32, "cpu"}));
   EXPECT_THROW(LlamaModel::load({llama("tiny-llama"), DType::fp32, "gpu:0"}), std::invalid_argument);
 }
 
