@@ -178,9 +178,19 @@ int run_command(const MpiWorld& world, const RunSpec& spec, bool resume) {
       rows.write_as_added(RowsLayout::from_bytes(rows_bytes));
     }
     std::optional<JournalAppender> appender;
-    if (tp_rank == 0) appender.emplace(spec.output.path, run_id, world.rank(), [&rows] { rows.sync(); });
+    if (tp_rank == 0) appender.emplace(spec.output.path, run_id, world.rank());
+    // Rows written as items finish: the rows' writer thread journals a batch once its rows are on
+    // disk (so the rank computes on meanwhile, and a record on disk means its rows are).
+    struct StopRows {  // a failed run: the writer thread ends before the appender it journals into
+      RankRows& rows;
+      ~StopRows() { rows.stop(); }
+    } stop_rows{rows};
     auto sink = [&](const FinishedItems& items) {
-      if (appender) appender->add(items);
+      if (appender && rows.writes_as_added()) {
+        rows.then([&appender, items] { appender->add(items); });  // records without rows: small
+      } else if (appender) {
+        appender->add(items);
+      }
       watchdog.progress();
     };
     try {
@@ -193,8 +203,8 @@ int run_command(const MpiWorld& world, const RunSpec& spec, bool resume) {
       log().error("rank {}: {}", world.rank(), e.what());
       world.abort(kExitFailed);
     }
+    rows.close();  // the last batches journaled
     if (appender) appender->close();
-    rows.close();
     if (tp_rank != 0) mine = no_results();  // the group's first rank returns what the group computed
     times.inference = seconds_since(t0);
     if (group) times.allreduce = group->allreduce_seconds();
@@ -239,15 +249,23 @@ int run_command(const MpiWorld& world, const RunSpec& spec, bool resume) {
       flow->rank_rows().clear();
     });
   }
-  // The longest any rank spent writing its rows (during the run, or after it).
+  // The longest any rank spent on its rows (waiting for its writer thread during the run, or writing
+  // after it), and the longest a writer thread wrote meanwhile.
+  double background_seconds = 0;
   for (const auto& s : world.gather(std::to_string(flow->rank_rows().write_seconds()))) {
     rows_seconds = std::max(rows_seconds, std::stod(s));
   }
+  for (const auto& s : world.gather(std::to_string(flow->rank_rows().background_seconds()))) {
+    background_seconds = std::max(background_seconds, std::stod(s));
+  }
+  const bool direct_io = flow->rank_rows().direct_io();
   world.collective_step([&] {
     if (!world.is_root()) return;
     if (out) out->commit();
-    log().info("wrote {}: rank 0's part in {:.2f} s, every rank's rows in {:.2f} s{}", spec.output.path, rank0_seconds,
-               rows_seconds, rows_bytes.empty() ? "" : " (during the run)");
+    log().info("wrote {}: rank 0's part in {:.2f} s, every rank's rows in {:.2f} s{}{}", spec.output.path, rank0_seconds,
+               rows_seconds,
+               rows_bytes.empty() ? "" : fmt::format(" (waiting for the writer threads, which wrote them in {:.2f} s during the run)", background_seconds),
+               direct_io ? ", rank 0 by direct I/O" : "");
     journal->remove();
   });
   return kExitOk;

@@ -1,16 +1,20 @@
 #include "io/rank_rows.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
 #include <stdexcept>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 #include "common/logging.hpp"
 #include "dist/serialize.hpp"
+#include "io/positioned_writer.hpp"
 #include "io/text_file.hpp"
 
 namespace evalrun {
@@ -20,15 +24,15 @@ double seconds_between(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-int open_rows_file(const RowsLayout& layout) {
-  const int fd = ::open(layout.temp_path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) {
+std::unique_ptr<PositionedWriter> open_rows_file(const RowsLayout& layout) {
+  try {
+    return std::make_unique<PositionedWriter>(layout.temp_path);
+  } catch (const std::system_error& e) {
     throw WriteError(layout.final_path, "the result file " + layout.temp_path,
                      std::string("cannot open it on this rank (is the output directory on a file system every rank "
                                  "sees?): ") +
-                         std::strerror(errno));
+                         std::strerror(e.code().value()));
   }
-  return fd;
 }
 
 }  // namespace
@@ -119,14 +123,120 @@ RowsLayout RowsLayout::from_bytes(const std::string& bytes) {
   return l;
 }
 
-RankRows::~RankRows() {
-  if (fd_ >= 0) ::close(fd_);
+// The writer thread of write_as_added: writes the blocks handed to it in order, and runs each `then`
+// once every block before it is written and synced; after the first failure (kept for the rank's
+// thread to throw) it drops the rest, `then`s included.
+struct RankRows::Writer {
+  struct Job {
+    Block block;
+    std::uint64_t offset = 0;
+    std::function<void()> then;  // set: a marker, no block
+  };
+  const RowsLayout& layout;
+  PositionedWriter& file;
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<Job> queue;
+  std::size_t pending_bytes = 0;  // of the blocks queued or being written
+  bool stop = false;
+  std::exception_ptr failure;
+  double seconds = 0;
+  std::thread thread;
+
+  Writer(const RowsLayout& l, PositionedWriter& f) : layout(l), file(f), thread([this] { run(); }) {}
+  ~Writer() { finish(); }
+  // Ends the thread after what is queued.
+  void finish() {
+    if (!thread.joinable()) return;
+    {
+      std::lock_guard lock(mutex);
+      stop = true;
+    }
+    changed.notify_all();
+    thread.join();
+  }
+  void run() {
+    std::unique_lock lock(mutex);
+    for (;;) {
+      changed.wait(lock, [&] { return stop || !queue.empty(); });
+      if (queue.empty()) return;  // stopped, and nothing left
+      Job& job = queue.front();
+      const bool failed = failure != nullptr;
+      lock.unlock();
+      const auto t0 = std::chrono::steady_clock::now();
+      std::exception_ptr error;
+      try {
+        if (failed) {
+        } else if (job.then) {
+          if (const int e = file.sync()) {
+            throw WriteError(layout.final_path, "the rows in " + layout.temp_path + " (syncing them to disk)",
+                             std::strerror(e));
+          }
+          job.then();
+        } else {
+          put(layout, file, job.block, job.offset);
+        }
+      } catch (...) {
+        error = std::current_exception();
+      }
+      const std::size_t bytes = job.block.bytes();
+      lock.lock();
+      seconds += seconds_between(t0);
+      if (error && !failure) failure = error;
+      pending_bytes -= bytes;
+      queue.pop_front();
+      changed.notify_all();
+    }
+  }
+  // Waits until `done` holds (under the lock); throws the writer's failure.
+  template <class Done>
+  void wait_until(Done done) {
+    std::unique_lock lock(mutex);
+    changed.wait(lock, [&] { return failure || done(); });
+    if (failure) std::rethrow_exception(failure);
+  }
+  void push(Job job) {
+    const std::size_t bytes = job.block.bytes();
+    // Room for it, or nothing else pending: one item's rows may be more than the bound alone.
+    wait_until([&] { return pending_bytes == 0 || pending_bytes + bytes <= kPendingBytes; });
+    {
+      std::lock_guard lock(mutex);
+      pending_bytes += bytes;
+      queue.push_back(std::move(job));
+    }
+    changed.notify_all();
+  }
+};
+
+RankRows::RankRows() = default;
+
+RankRows::~RankRows() { stop(); }
+
+void RankRows::stop() noexcept {
+  if (writer_) {
+    writer_->finish();
+    background_seconds_ += writer_->seconds;
+  }
+  writer_.reset();
+  file_.reset();
 }
 
 void RankRows::write_as_added(const RowsLayout& layout) {
-  if (fd_ >= 0) throw std::logic_error("rank rows: the rows file is open already");
-  fd_ = open_rows_file(layout);
+  if (file_) throw std::logic_error("rank rows: the rows file is open already");
   layout_ = layout;
+  file_ = open_rows_file(layout_);
+  direct_ = file_->direct();
+  writer_ = std::make_unique<Writer>(layout_, *file_);
+}
+
+void RankRows::then(std::function<void()> after_written) {
+  if (!writer_) {
+    after_written();
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  writer_->push({Block{}, 0, std::move(after_written)});
+  seconds_ += seconds_between(t0);
 }
 
 const void* RankRows::Block::data() const {
@@ -135,85 +245,93 @@ const void* RankRows::Block::data() const {
   return f32.data();
 }
 
-void RankRows::add_block(const std::string& dataset, Block block) {
+void RankRows::add_block(Block block) {
   if (drop_ || block.values() == 0) return;
-  if (fd_ >= 0) {
-    put(layout_, fd_, dataset, block);
+  if (writer_) {
+    const std::uint64_t offset = offset_of(layout_, block);
+    const auto t0 = std::chrono::steady_clock::now();
+    writer_->push({std::move(block), offset, {}});
+    seconds_ += seconds_between(t0);
     return;
   }
-  blocks_[dataset].push_back(std::move(block));
+  blocks_[block.dataset].push_back(std::move(block));
 }
 
 void RankRows::add(const std::string& dataset, std::uint64_t item, std::vector<float> rows) {
   Block b;
+  b.dataset = dataset;
   b.item = item;
   b.f32 = std::move(rows);
-  add_block(dataset, std::move(b));
+  add_block(std::move(b));
 }
 
 void RankRows::add(const std::string& dataset, std::uint64_t item, std::vector<std::uint16_t> rows) {
   Block b;
+  b.dataset = dataset;
   b.item = item;
   b.u16 = std::move(rows);
-  add_block(dataset, std::move(b));
+  add_block(std::move(b));
 }
 
 void RankRows::add(const std::string& dataset, std::uint64_t item, std::vector<std::int64_t> rows) {
   Block b;
+  b.dataset = dataset;
   b.item = item;
   b.i64 = std::move(rows);
-  add_block(dataset, std::move(b));
+  add_block(std::move(b));
 }
 
-void RankRows::put(const RowsLayout& layout, int fd, const std::string& dataset, const Block& b) {
-  const RowsLayout::Dataset* d = layout.find(dataset);
-  if (d == nullptr) throw std::logic_error("rank rows: " + dataset + " is not in the file's layout");
-  if (b.item + 1 >= d->first_row.size()) throw std::logic_error("rank rows: item outside " + dataset);
-  if (b.type() != d->type) throw std::logic_error("rank rows: item " + std::to_string(b.item) + " of " + dataset +
+std::uint64_t RankRows::offset_of(const RowsLayout& layout, const Block& b) {
+  const RowsLayout::Dataset* d = layout.find(b.dataset);
+  if (d == nullptr) throw std::logic_error("rank rows: " + b.dataset + " is not in the file's layout");
+  if (b.item + 1 >= d->first_row.size()) throw std::logic_error("rank rows: item outside " + b.dataset);
+  if (b.type() != d->type) throw std::logic_error("rank rows: item " + std::to_string(b.item) + " of " + b.dataset +
                                                   " has another element type than the dataset");
   const std::uint64_t first = d->first_row[b.item], rows = d->first_row[b.item + 1] - first;
   const auto cols = static_cast<std::uint64_t>(d->cols);
   if (b.values() != rows * cols) {
-    throw std::logic_error("rank rows: item " + std::to_string(b.item) + " of " + dataset + " has " +
+    throw std::logic_error("rank rows: item " + std::to_string(b.item) + " of " + b.dataset + " has " +
                            std::to_string(b.values()) + " values for " + std::to_string(rows) + " rows of " +
                            std::to_string(cols));
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::size_t elem = row_type_bytes(d->type);
-  const char* p = static_cast<const char*>(b.data());
-  std::size_t left = b.bytes();
-  auto at = static_cast<off_t>(d->offset + first * cols * elem);
-  while (left > 0) {
-    const ssize_t n = ::pwrite(fd, p, left, at);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      throw WriteError(layout.final_path,
-                       dataset + " rows " + std::to_string(first) + " to " + std::to_string(first + rows - 1) +
-                           " (in " + layout.temp_path + ")",
-                       std::strerror(n < 0 ? errno : ENOSPC));
-    }
-    p += n;
-    left -= static_cast<std::size_t>(n);
-    at += n;
+  return d->offset + first * cols * row_type_bytes(d->type);
+}
+
+void RankRows::put(const RowsLayout& layout, PositionedWriter& file, const Block& b, std::uint64_t offset) {
+  if (const int e = file.write(offset, b.data(), b.bytes())) {
+    const RowsLayout::Dataset& d = *layout.find(b.dataset);
+    const std::uint64_t first = d.first_row[b.item], last = d.first_row[b.item + 1] - 1;
+    throw WriteError(layout.final_path,
+                     b.dataset + " rows " + std::to_string(first) + " to " + std::to_string(last) + " (in " +
+                         layout.temp_path + ")",
+                     std::strerror(e));
   }
-  seconds_ += seconds_between(t0);
 }
 
 void RankRows::sync() {
-  if (fd_ < 0) return;
+  if (!file_) return;
   const auto t0 = std::chrono::steady_clock::now();
-  if (::fdatasync(fd_) != 0) {
+  writer_->wait_until([&] { return writer_->queue.empty(); });  // the journal's `then`s too
+  if (const int e = file_->sync()) {
     throw WriteError(layout_.final_path, "the rows in " + layout_.temp_path + " (syncing them to disk)",
-                     std::strerror(errno));
+                     std::strerror(e));
   }
   seconds_ += seconds_between(t0);
 }
 
 void RankRows::close() {
-  if (fd_ < 0) return;
+  if (!file_) return;
   sync();
-  ::close(std::exchange(fd_, -1));
+  stop();
 }
+
+double RankRows::background_seconds() const {
+  if (!writer_) return background_seconds_;
+  std::lock_guard lock(writer_->mutex);
+  return background_seconds_ + writer_->seconds;
+}
+
+bool RankRows::direct_io() const { return direct_; }
 
 std::size_t RankRows::bytes() const {
   std::size_t n = 0;
@@ -230,17 +348,16 @@ std::size_t RankRows::items() const {
 
 void RankRows::write(const RowsLayout& layout) {
   if (blocks_.empty()) return;
-  const int fd = open_rows_file(layout);
-  try {
-    for (const auto& [path, blocks] : blocks_) {
-      for (const auto& b : blocks) put(layout, fd, path, b);
-    }
-  } catch (...) {
-    ::close(fd);
-    throw;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto file = open_rows_file(layout);
+  direct_ = file->direct();
+  for (const auto& [path, blocks] : blocks_) {
+    for (const auto& b : blocks) put(layout, *file, b, offset_of(layout, b));
   }
-  ::close(fd);
-  log().debug("rows: this rank wrote {} item(s), {} bytes, into {}", items(), bytes(), layout.temp_path);
+  file.reset();
+  seconds_ += seconds_between(t0);
+  log().debug("rows: this rank wrote {} item(s), {} bytes, into {}{}", items(), bytes(), layout.temp_path,
+              direct_ ? " (direct I/O)" : "");
 }
 
 }  // namespace evalrun

@@ -5,16 +5,19 @@
 //  - during the run, when every item's row count is known before it (perplexity windows, MLM masks,
 //    generation without early termination): rank 0 lays the datasets out in the run's rows file (in
 //    the journal directory) before any rank runs; each rank writes an item's rows as its batch ends
-//    (write_as_added), so no rank holds any, and syncs them before its journal records the item, whose
-//    record then carries no rows: a resumed run completes the same file. Rank 0 then adds the file's
-//    other parts to it (H5Writer::reopen) and renames it into place;
+//    (write_as_added: a writer thread of the rank writes them while it computes on), so no rank holds
+//    more than RankRows::kPendingBytes of them, and syncs them before its journal records the item,
+//    whose record then carries no rows: a resumed run completes the same file. Rank 0 then adds the
+//    file's other parts to it (H5Writer::reopen) and renames it into place;
 //  - after the run, otherwise (a generated text's length is known when it ends): each rank keeps its
 //    rows (its journal records carry them too), rank 0 writes the file's other parts and lays the rows
 //    out, and every rank writes what it kept (write). Rows taken from a journal are rank 0's to write.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -67,38 +70,57 @@ struct RowsLayout {
   static RowsLayout from_bytes(const std::string& bytes);
 };
 
+class PositionedWriter;
+
 class RankRows {
  public:
-  RankRows() = default;
+  RankRows();
   ~RankRows();
   RankRows(const RankRows&) = delete;
   RankRows& operator=(const RankRows&) = delete;
 
-  // From here on add() writes each item's rows into the file of `layout` at once and keeps nothing.
+  // From here on add() hands each item's rows to a writer thread, which writes them into the file of
+  // `layout` (PositionedWriter: direct I/O where the file system takes it) while the rank computes
+  // on; the rank keeps nothing, and waits only when more than kPendingBytes are not written yet.
   void write_as_added(const RowsLayout& layout);
-  bool writes_as_added() const { return fd_ >= 0; }
+  bool writes_as_added() const { return file_ != nullptr; }
   // From here on add() neither keeps nor writes (a tensor-parallel group's other ranks: the first
   // rank of the group writes the group's rows).
   void drop_all() { drop_ = true; }
 
   // Item `item`'s rows of `dataset`, row-major (its whole share: one call per item and dataset).
+  // A write of the writer thread that failed is thrown by the next add(), sync() or close().
   void add(const std::string& dataset, std::uint64_t item, std::vector<float> rows);
   void add(const std::string& dataset, std::uint64_t item, std::vector<std::uint16_t> rows);
   void add(const std::string& dataset, std::uint64_t item, std::vector<std::int64_t> rows);
-  // The rows written so far are on disk (write_as_added; before the journal records their items).
+  // Runs `after_written` on the writer thread once the rows added so far are written and synced (the
+  // journal records their items then: a record on disk means its rows are), at once without one.
+  void then(std::function<void()> after_written);
+  // The rows added so far are on disk, and the `then`s added so far have run (write_as_added).
   void sync();
-  // Syncs and closes the file write_as_added opened.
+  // Syncs, ends the writer thread and closes the file write_as_added opened ...
   void close();
+  // ... or, on the way out of a failed run, ends the writer thread after what is queued, and closes.
+  void stop() noexcept;
 
   // After the run: writes the rows kept into the file of `layout`.
   void write(const RowsLayout& layout);
   void clear() { blocks_.clear(); }
   std::size_t bytes() const;
   std::size_t items() const;
-  double write_seconds() const { return seconds_; }  // in writes and syncs, both ways
+  // The time this rank's own thread spent on its rows: waiting for the writer thread, syncing, and
+  // writing after the run (the rows' share of the rank's wall time) ...
+  double write_seconds() const { return seconds_; }
+  // ... and the writer thread's time writing them meanwhile.
+  double background_seconds() const;
+  bool direct_io() const;  // the last file written, by direct I/O
+
+  // Rows handed to the writer thread and not yet written, at most (one item's rows may be more).
+  static constexpr std::size_t kPendingBytes = std::size_t{256} << 20;
 
  private:
   struct Block {
+    std::string dataset;
     std::uint64_t item = 0;
     std::vector<float> f32;
     std::vector<std::uint16_t> u16;
@@ -108,14 +130,18 @@ class RankRows {
     RowType type() const { return !u16.empty() ? RowType::u16 : !i64.empty() ? RowType::i64 : RowType::f32; }
     const void* data() const;
   };
-  void add_block(const std::string& dataset, Block block);
-  // Writes one item's rows of `dataset` where `layout` puts them, into the open file `fd`.
-  void put(const RowsLayout& layout, int fd, const std::string& dataset, const Block& block);
+  struct Writer;  // the writer thread and its queue
+  void add_block(Block block);
+  // Where `block` goes in the file of `layout` (std::logic_error when it does not fit there).
+  static std::uint64_t offset_of(const RowsLayout& layout, const Block& block);
+  // Writes `block` at `offset` with `file`; WriteError naming the rows when it fails.
+  static void put(const RowsLayout& layout, PositionedWriter& file, const Block& block, std::uint64_t offset);
   std::map<std::string, std::vector<Block>> blocks_;  // by dataset path
   RowsLayout layout_;  // write_as_added's
-  int fd_ = -1;
-  bool drop_ = false;
-  double seconds_ = 0;
+  std::unique_ptr<PositionedWriter> file_;
+  std::unique_ptr<Writer> writer_;
+  bool drop_ = false, direct_ = false;
+  double seconds_ = 0, background_seconds_ = 0;
 };
 
 }  // namespace evalrun

@@ -307,8 +307,8 @@ std::string RunJournal::rank_file(const std::string& output_path, const std::str
 // --- every rank ---------------------------------------------------------------------------------
 
 JournalAppender::JournalAppender(const std::string& output_path, const std::string& run_id, int rank,
-                                 std::function<void()> before_sync, std::chrono::milliseconds sync_interval)
-    : before_sync_(std::move(before_sync)), interval_(sync_interval) {
+                                 std::chrono::milliseconds sync_interval)
+    : interval_(sync_interval) {
   // Rank 0 made the directory; on a filesystem this rank does not share with rank 0 it is made here.
   make_dir(RunJournal::dir_for(output_path));
   writer_ = std::make_unique<JournalWriter>(RunJournal::rank_file(output_path, run_id, rank));
@@ -320,14 +320,12 @@ void JournalAppender::add(const FinishedItems& items) {
   for (const auto& [index, record] : items) writer_->add(index, record);
   const auto now = std::chrono::steady_clock::now();
   if (!last_sync_ || now - *last_sync_ >= interval_) {
-    if (before_sync_) before_sync_();
     writer_->flush();
     last_sync_ = now;
   }
 }
 
 void JournalAppender::close() {
-  if (before_sync_) before_sync_();
   writer_->flush();
 }
 

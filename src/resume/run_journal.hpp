@@ -102,11 +102,11 @@ class RunJournal {
 // One rank's side: appends each finished batch to its journal file and syncs it to disk with the first
 // batch, then when at least `sync_interval` passed since the last sync (a crash loses at most that
 // much work; syncing every batch of a small model would cost more than the batch), and on close().
-// `before_sync` runs before each sync (the rows the records stand for go to disk first).
+// A batch whose rows the rank writes into the rows file is added once they are on disk there
+// (RankRows::then).
 class JournalAppender {
  public:
   JournalAppender(const std::string& output_path, const std::string& run_id, int rank,
-                  std::function<void()> before_sync = {},
                   std::chrono::milliseconds sync_interval = std::chrono::milliseconds(1000));
   ~JournalAppender();
   void add(const FinishedItems& items);
@@ -114,7 +114,6 @@ class JournalAppender {
 
  private:
   std::unique_ptr<JournalWriter> writer_;
-  std::function<void()> before_sync_;
   std::chrono::milliseconds interval_;
   std::optional<std::chrono::steady_clock::time_point> last_sync_;  // none before the first batch
 };
