@@ -34,6 +34,16 @@ inline std::filesystem::path make_temp_dir(const std::string& prefix) {
   }
 }
 
+// A fixture whose every test gets a fresh directory `dir_` (named after the test suite), removed after it.
+class TempDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = make_temp_dir(std::string("evalrun-") + ::testing::UnitTest::GetInstance()->current_test_info()->test_suite_name());
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+};
+
 // Largest |a[i] - b[i]| (a size mismatch fails the test and compares the common prefix).
 inline float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());

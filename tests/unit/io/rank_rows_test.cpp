@@ -24,13 +24,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class RankRowsTest : public ::testing::Test {
+class RankRowsTest : public evalrun::testing::TempDirTest {
  protected:
-  void SetUp() override { dir_ = evalrun::testing::make_temp_dir("evalrun-rank-rows-test"); }
-  void TearDown() override { fs::remove_all(dir_); }
   // A file of `bytes` zero bytes (as HDF5 allocates a rows dataset: the space exists before any write).
   std::string zero_file(const std::string& name, std::size_t bytes) const {
-    const std::string path = (fs::path(dir_) / name).string();
+    const std::string path = (dir_ / name).string();
     std::ofstream(path, std::ios::binary) << std::string(bytes, '\0');
     return path;
   }
@@ -45,7 +43,6 @@ class RankRowsTest : public ::testing::Test {
     if (fd >= 0) ::close(fd);
     return fd >= 0;
   }
-  std::string dir_;
 };
 
 TEST_F(RankRowsTest, PositionedWritesLandByteExactAtAnyOffsetAndLength) {
@@ -87,7 +84,7 @@ TEST_F(RankRowsTest, PositionedWritesLandByteExactAtAnyOffsetAndLength) {
   for (std::size_t i = 0; i < want.size(); ++i) {
     if (got[i] != want[i]) FAIL() << "first wrong byte at " << i;
   }
-  EXPECT_THROW(PositionedWriter((fs::path(dir_) / "missing").string()), std::system_error);
+  EXPECT_THROW(PositionedWriter((dir_ / "missing").string()), std::system_error);
 }
 
 // Item i of "/rows": 2 rows of 3000 floats (not a multiple of a block), after a 1000-byte header.

@@ -14,10 +14,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class TextDataset : public ::testing::Test {
+class TextDataset : public evalrun::testing::TempDirTest {
  protected:
-  void SetUp() override { dir_ = evalrun::testing::make_temp_dir("evalrun-textds"); }
-  void TearDown() override { fs::remove_all(dir_); }
 
   std::string write(const std::string& name, const std::string& content) {
     const auto p = dir_ / name;
@@ -34,8 +32,6 @@ class TextDataset : public ::testing::Test {
     }
     return "";
   }
-
-  fs::path dir_;
 };
 
 }  // namespace
