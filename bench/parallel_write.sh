@@ -9,6 +9,8 @@
 # file's peak_rss_bytes_rank0 / peak_rss_bytes_max).
 #   BENCH_PROMPTS (120: ~3.9 GB of logits, 64 new tokens each)   BENCH_RANKS ("1 2 4")
 #   BENCH_DIR (a new /tmp dir): where the files go               EVALRUN_BIN: the binary
+#   BENCH_EOS=1: no_early_termination = false, so the rows are kept (in each rank's scratch file)
+#   until the run ends and written then
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EVALRUN_BIN:-$root/build/src/app/evalrun}
@@ -37,7 +39,7 @@ path = "$work/model"
 kind = "generate"
 dataset = "$work/prompts.jsonl"
 max_new_tokens = 64
-no_early_termination = true
+no_early_termination = $([ "${BENCH_EOS:-0}" = 1 ] && echo false || echo true)
 batch_size = 8
 [output]
 logits = "full"

@@ -176,6 +176,8 @@ int run_command(const MpiWorld& world, const RunSpec& spec, bool resume) {
       rows.drop_all();  // the group's first rank writes what the group computed
     } else if (!rows_bytes.empty()) {
       rows.write_as_added(RowsLayout::from_bytes(rows_bytes));
+    } else {  // rows kept until the end wait on disk, not in memory
+      rows.spill_to(RunJournal::kept_rows_file(spec.output.path, run_id, world.rank()));
     }
     std::optional<JournalAppender> appender;
     if (tp_rank == 0) appender.emplace(spec.output.path, run_id, world.rank());

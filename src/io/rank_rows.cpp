@@ -1,5 +1,9 @@
 #include "io/rank_rows.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -123,17 +127,17 @@ RowsLayout RowsLayout::from_bytes(const std::string& bytes) {
   return l;
 }
 
-// The writer thread of write_as_added: writes the blocks handed to it in order, and runs each `then`
-// once every block before it is written and synced; after the first failure (kept for the rank's
-// thread to throw) it drops the rest, `then`s included.
+// A rank's writer thread: writes the blocks handed to it in order, each at its offset in `file`, and
+// runs each `then` once every block before it is written and synced; after the first failure (kept
+// for the rank's thread to throw) it drops the rest, `then`s included.
 struct RankRows::Writer {
   struct Job {
     Block block;
     std::uint64_t offset = 0;
     std::function<void()> then;  // set: a marker, no block
   };
-  const RowsLayout& layout;
   PositionedWriter& file;
+  std::function<void(const Block*, int)> fail;  // throws the WriteError for a block's write (null: the sync)
   std::mutex mutex;
   std::condition_variable changed;
   std::deque<Job> queue;
@@ -143,7 +147,8 @@ struct RankRows::Writer {
   double seconds = 0;
   std::thread thread;
 
-  Writer(const RowsLayout& l, PositionedWriter& f) : layout(l), file(f), thread([this] { run(); }) {}
+  Writer(PositionedWriter& f, std::function<void(const Block*, int)> on_failure)
+      : file(f), fail(std::move(on_failure)), thread([this] { run(); }) {}
   ~Writer() { finish(); }
   // Ends the thread after what is queued.
   void finish() {
@@ -168,13 +173,10 @@ struct RankRows::Writer {
       try {
         if (failed) {
         } else if (job.then) {
-          if (const int e = file.sync()) {
-            throw WriteError(layout.final_path, "the rows in " + layout.temp_path + " (syncing them to disk)",
-                             std::strerror(e));
-          }
+          if (const int e = file.sync()) fail(nullptr, e);
           job.then();
-        } else {
-          put(layout, file, job.block, job.offset);
+        } else if (const int e = file.write(job.offset, job.block.data(), job.block.bytes())) {
+          fail(&job.block, e);
         }
       } catch (...) {
         error = std::current_exception();
@@ -195,6 +197,7 @@ struct RankRows::Writer {
     changed.wait(lock, [&] { return failure || done(); });
     if (failure) std::rethrow_exception(failure);
   }
+  void drain() { wait_until([&] { return queue.empty(); }); }
   void push(Job job) {
     const std::size_t bytes = job.block.bytes();
     // Room for it, or nothing else pending: one item's rows may be more than the bound alone.
@@ -210,7 +213,11 @@ struct RankRows::Writer {
 
 RankRows::RankRows() = default;
 
-RankRows::~RankRows() { stop(); }
+RankRows::~RankRows() {
+  stop();
+  spill_.reset();
+  if (!spill_path_.empty()) ::unlink(spill_path_.c_str());
+}
 
 void RankRows::stop() noexcept {
   if (writer_) {
@@ -226,11 +233,22 @@ void RankRows::write_as_added(const RowsLayout& layout) {
   layout_ = layout;
   file_ = open_rows_file(layout_);
   direct_ = file_->direct();
-  writer_ = std::make_unique<Writer>(layout_, *file_);
+  writer_ = std::make_unique<Writer>(*file_, [this](const Block* b, int e) {
+    if (b == nullptr) {
+      throw WriteError(layout_.final_path, "the rows in " + layout_.temp_path + " (syncing them to disk)",
+                       std::strerror(e));
+    }
+    throw_write_error(layout_, *b, e);
+  });
+}
+
+void RankRows::spill_to(const std::string& path) {
+  if (writer_) throw std::logic_error("rank rows: spill_to while rows are being written");
+  spill_path_ = path;
 }
 
 void RankRows::then(std::function<void()> after_written) {
-  if (!writer_) {
+  if (!file_) {
     after_written();
     return;
   }
@@ -247,14 +265,49 @@ const void* RankRows::Block::data() const {
 
 void RankRows::add_block(Block block) {
   if (drop_ || block.values() == 0) return;
-  if (writer_) {
-    const std::uint64_t offset = offset_of(layout_, block);
+  if (file_) {
+    const std::uint64_t offset = offset_of(layout_, block.dataset, block.item, block.type(), block.values());
     const auto t0 = std::chrono::steady_clock::now();
     writer_->push({std::move(block), offset, {}});
     seconds_ += seconds_between(t0);
     return;
   }
-  blocks_[block.dataset].push_back(std::move(block));
+  if (spill_path_.empty()) {
+    blocks_[block.dataset].push_back(std::move(block));
+    return;
+  }
+  // Kept until the end, in the scratch file: at a block boundary, so its writes are direct.
+  if (!spill_) open_spill();
+  const std::uint64_t offset = (spill_end_ + PositionedWriter::kBlock - 1) / PositionedWriter::kBlock * PositionedWriter::kBlock;
+  spill_end_ = offset + block.bytes();
+  spilled_.push_back({block.dataset, block.item, block.type(), block.values(), offset});
+  const auto t0 = std::chrono::steady_clock::now();
+  if (writer_) {
+    writer_->push({std::move(block), offset, {}});
+  } else if (const int e = spill_->write(offset, block.data(), block.bytes())) {  // after the run (rank 0)
+    throw_spill_error(spilled_.back(), e);
+  }
+  seconds_ += seconds_between(t0);
+}
+
+void RankRows::open_spill() {
+  const int fd = ::open(spill_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throw WriteError(spill_path_, "the rows this rank keeps until the end of the run", std::strerror(errno));
+  ::close(fd);
+  spill_ = std::make_unique<PositionedWriter>(spill_path_);
+  writer_ = std::make_unique<Writer>(*spill_, [this](const Block* b, int e) {
+    Spilled s{};
+    if (b != nullptr) s = {b->dataset, b->item, b->type(), b->values(), 0};
+    throw_spill_error(s, e);
+  });
+}
+
+void RankRows::throw_spill_error(const Spilled& s, int e) const {
+  throw WriteError(spill_path_,
+                   s.dataset.empty() ? std::string("the rows this rank keeps until the end of the run")
+                                     : "item " + std::to_string(s.item) + "'s rows of " + s.dataset +
+                                           ", which this rank keeps until the end of the run",
+                   std::strerror(e));
 }
 
 void RankRows::add(const std::string& dataset, std::uint64_t item, std::vector<float> rows) {
@@ -281,37 +334,40 @@ void RankRows::add(const std::string& dataset, std::uint64_t item, std::vector<s
   add_block(std::move(b));
 }
 
-std::uint64_t RankRows::offset_of(const RowsLayout& layout, const Block& b) {
-  const RowsLayout::Dataset* d = layout.find(b.dataset);
-  if (d == nullptr) throw std::logic_error("rank rows: " + b.dataset + " is not in the file's layout");
-  if (b.item + 1 >= d->first_row.size()) throw std::logic_error("rank rows: item outside " + b.dataset);
-  if (b.type() != d->type) throw std::logic_error("rank rows: item " + std::to_string(b.item) + " of " + b.dataset +
-                                                  " has another element type than the dataset");
-  const std::uint64_t first = d->first_row[b.item], rows = d->first_row[b.item + 1] - first;
+std::uint64_t RankRows::offset_of(const RowsLayout& layout, const std::string& dataset, std::uint64_t item,
+                                  RowType type, std::size_t values) {
+  const RowsLayout::Dataset* d = layout.find(dataset);
+  if (d == nullptr) throw std::logic_error("rank rows: " + dataset + " is not in the file's layout");
+  if (item + 1 >= d->first_row.size()) throw std::logic_error("rank rows: item outside " + dataset);
+  if (type != d->type) throw std::logic_error("rank rows: item " + std::to_string(item) + " of " + dataset +
+                                              " has another element type than the dataset");
+  const std::uint64_t first = d->first_row[item], rows = d->first_row[item + 1] - first;
   const auto cols = static_cast<std::uint64_t>(d->cols);
-  if (b.values() != rows * cols) {
-    throw std::logic_error("rank rows: item " + std::to_string(b.item) + " of " + b.dataset + " has " +
-                           std::to_string(b.values()) + " values for " + std::to_string(rows) + " rows of " +
+  if (values != rows * cols) {
+    throw std::logic_error("rank rows: item " + std::to_string(item) + " of " + dataset + " has " +
+                           std::to_string(values) + " values for " + std::to_string(rows) + " rows of " +
                            std::to_string(cols));
   }
   return d->offset + first * cols * row_type_bytes(d->type);
 }
 
-void RankRows::put(const RowsLayout& layout, PositionedWriter& file, const Block& b, std::uint64_t offset) {
-  if (const int e = file.write(offset, b.data(), b.bytes())) {
-    const RowsLayout::Dataset& d = *layout.find(b.dataset);
-    const std::uint64_t first = d.first_row[b.item], last = d.first_row[b.item + 1] - 1;
-    throw WriteError(layout.final_path,
-                     b.dataset + " rows " + std::to_string(first) + " to " + std::to_string(last) + " (in " +
-                         layout.temp_path + ")",
-                     std::strerror(e));
-  }
+void RankRows::throw_write_error(const RowsLayout& layout, const std::string& dataset, std::uint64_t item, int e) {
+  const RowsLayout::Dataset& d = *layout.find(dataset);
+  const std::uint64_t first = d.first_row[item], last = d.first_row[item + 1] - 1;
+  throw WriteError(layout.final_path,
+                   dataset + " rows " + std::to_string(first) + " to " + std::to_string(last) + " (in " +
+                       layout.temp_path + ")",
+                   std::strerror(e));
+}
+
+void RankRows::throw_write_error(const RowsLayout& layout, const Block& b, int e) {
+  throw_write_error(layout, b.dataset, b.item, e);
 }
 
 void RankRows::sync() {
   if (!file_) return;
   const auto t0 = std::chrono::steady_clock::now();
-  writer_->wait_until([&] { return writer_->queue.empty(); });  // the journal's `then`s too
+  writer_->drain();  // the journal's `then`s too
   if (const int e = file_->sync()) {
     throw WriteError(layout_.final_path, "the rows in " + layout_.temp_path + " (syncing them to disk)",
                      std::strerror(e));
@@ -320,7 +376,11 @@ void RankRows::sync() {
 }
 
 void RankRows::close() {
-  if (!file_) return;
+  if (writer_) {
+    const auto t0 = std::chrono::steady_clock::now();
+    writer_->drain();
+    seconds_ += seconds_between(t0);
+  }
   sync();
   stop();
 }
@@ -337,27 +397,71 @@ std::size_t RankRows::bytes() const {
   std::size_t n = 0;
   for (const auto& [path, blocks] : blocks_)
     for (const auto& b : blocks) n += b.bytes();
+  for (const auto& s : spilled_) n += s.values * row_type_bytes(s.type);
   return n;
 }
 
 std::size_t RankRows::items() const {
-  std::size_t n = 0;
+  std::size_t n = spilled_.size();
   for (const auto& [path, blocks] : blocks_) n += blocks.size();
   return n;
 }
 
 void RankRows::write(const RowsLayout& layout) {
-  if (blocks_.empty()) return;
+  if (blocks_.empty() && spilled_.empty()) return;
+  close();  // the scratch file's writes done
   const auto t0 = std::chrono::steady_clock::now();
   auto file = open_rows_file(layout);
   direct_ = file->direct();
   for (const auto& [path, blocks] : blocks_) {
-    for (const auto& b : blocks) put(layout, *file, b, offset_of(layout, b));
+    for (const auto& b : blocks) {
+      const std::uint64_t at = offset_of(layout, b.dataset, b.item, b.type(), b.values());
+      if (const int e = file->write(at, b.data(), b.bytes())) throw_write_error(layout, b, e);
+    }
+  }
+  if (!spilled_.empty()) {
+    // One item's rows at a time, read back from the scratch file.
+    std::vector<std::uint64_t> to;
+    for (const auto& s : spilled_) to.push_back(offset_of(layout, s.dataset, s.item, s.type, s.values));
+    const int in = ::open(spill_path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (in < 0) throw WriteError(layout.final_path, "the rows kept in " + spill_path_, std::strerror(errno));
+    std::vector<char> buffer;
+    for (std::size_t k = 0; k < spilled_.size(); ++k) {
+      const Spilled& s = spilled_[k];
+      const std::size_t bytes = s.values * row_type_bytes(s.type);
+      const std::uint64_t at = to[k];
+      buffer.resize(bytes);
+      std::size_t got = 0;
+      while (got < bytes) {
+        const ssize_t n = ::pread(in, buffer.data() + got, bytes - got, static_cast<off_t>(s.offset + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          const int e = n < 0 ? errno : EIO;
+          ::close(in);
+          throw WriteError(layout.final_path, "the rows kept in " + spill_path_ + " (reading them back)", std::strerror(e));
+        }
+        got += static_cast<std::size_t>(n);
+      }
+      if (const int e = file->write(at, buffer.data(), bytes)) {
+        ::close(in);
+        throw_write_error(layout, s.dataset, s.item, e);
+      }
+    }
+    ::close(in);
   }
   file.reset();
   seconds_ += seconds_between(t0);
   log().debug("rows: this rank wrote {} item(s), {} bytes, into {}{}", items(), bytes(), layout.temp_path,
               direct_ ? " (direct I/O)" : "");
+}
+
+void RankRows::clear() {
+  stop();
+  blocks_.clear();
+  spilled_.clear();
+  spill_end_ = 0;
+  spill_.reset();
+  if (!spill_path_.empty()) ::unlink(spill_path_.c_str());
 }
 
 }  // namespace evalrun

@@ -10,8 +10,9 @@
 //    whose record then carries no rows: a resumed run completes the same file. Rank 0 then adds the
 //    file's other parts to it (H5Writer::reopen) and renames it into place;
 //  - after the run, otherwise (a generated text's length is known when it ends): each rank keeps its
-//    rows (its journal records carry them too), rank 0 writes the file's other parts and lays the rows
-//    out, and every rank writes what it kept (write). Rows taken from a journal are rank 0's to write.
+//    rows in a scratch file (spill_to; its journal records carry them too), rank 0 writes the file's
+//    other parts and lays the rows out, and every rank writes what it kept (write). Rows taken from a
+//    journal are rank 0's to write.
 #pragma once
 
 #include <cstdint>
@@ -87,6 +88,10 @@ class RankRows {
   // From here on add() neither keeps nor writes (a tensor-parallel group's other ranks: the first
   // rank of the group writes the group's rows).
   void drop_all() { drop_ = true; }
+  // Without write_as_added: the rows kept until the end go to `path`, a scratch file of this rank
+  // (made on the first add(), written by the writer thread during the run, removed by clear()),
+  // instead of staying in memory; write() reads them back one item at a time.
+  void spill_to(const std::string& path);
 
   // Item `item`'s rows of `dataset`, row-major (its whole share: one call per item and dataset).
   // A write of the writer thread that failed is thrown by the next add(), sync() or close().
@@ -105,7 +110,7 @@ class RankRows {
 
   // After the run: writes the rows kept into the file of `layout`.
   void write(const RowsLayout& layout);
-  void clear() { blocks_.clear(); }
+  void clear();  // forgets the rows kept, and removes the scratch file
   std::size_t bytes() const;
   std::size_t items() const;
   // The time this rank's own thread spent on its rows: waiting for the writer thread, syncing, and
@@ -130,16 +135,33 @@ class RankRows {
     RowType type() const { return !u16.empty() ? RowType::u16 : !i64.empty() ? RowType::i64 : RowType::f32; }
     const void* data() const;
   };
+  struct Spilled {  // a block in the scratch file
+    std::string dataset;
+    std::uint64_t item = 0;
+    RowType type = RowType::f32;
+    std::size_t values = 0;
+    std::uint64_t offset = 0;
+  };
   struct Writer;  // the writer thread and its queue
   void add_block(Block block);
-  // Where `block` goes in the file of `layout` (std::logic_error when it does not fit there).
-  static std::uint64_t offset_of(const RowsLayout& layout, const Block& block);
-  // Writes `block` at `offset` with `file`; WriteError naming the rows when it fails.
-  static void put(const RowsLayout& layout, PositionedWriter& file, const Block& block, std::uint64_t offset);
+  void open_spill();
+  [[noreturn]] void throw_spill_error(const Spilled& s, int err) const;
+  // Where item `item`'s rows of `dataset` go in the file of `layout` (std::logic_error when `values`
+  // of `type` do not fit there).
+  static std::uint64_t offset_of(const RowsLayout& layout, const std::string& dataset, std::uint64_t item, RowType type,
+                                 std::size_t values);
+  // WriteError naming the rows of a write that failed with `err`.
+  [[noreturn]] static void throw_write_error(const RowsLayout& layout, const std::string& dataset, std::uint64_t item,
+                                             int err);
+  [[noreturn]] static void throw_write_error(const RowsLayout& layout, const Block& block, int err);
   std::map<std::string, std::vector<Block>> blocks_;  // by dataset path
   RowsLayout layout_;  // write_as_added's
   std::unique_ptr<PositionedWriter> file_;
-  std::unique_ptr<Writer> writer_;
+  std::string spill_path_;  // spill_to's
+  std::unique_ptr<PositionedWriter> spill_;
+  std::uint64_t spill_end_ = 0;
+  std::vector<Spilled> spilled_;
+  std::unique_ptr<Writer> writer_;  // of file_ or spill_
   bool drop_ = false, direct_ = false;
   double seconds_ = 0, background_seconds_ = 0;
 };

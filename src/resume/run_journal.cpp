@@ -74,19 +74,23 @@ void make_dir(const std::string& dir) {
 }
 
 // The files evalrun writes into a journal directory: fingerprint.json (and its temporary names while
-// it is written), <16 hex digits>.rank<R>.evj and <16 hex digits>.rows.h5. Nothing else there is
-// ever removed.
+// it is written), <16 hex digits>.rank<R>.evj (journals), <16 hex digits>.rank<R>.rows (rows a rank
+// keeps until the end) and <16 hex digits>.rows.h5. Nothing else there is ever removed.
 bool written_by_evalrun(const std::string& name) {
   if (name == kFingerprintFile || name.rfind(std::string(kFingerprintFile) + ".tmp", 0) == 0) return true;
   if (name.size() == 16 + std::strlen(kRowsSuffix) && name.find_first_not_of("0123456789abcdef") == 16 &&
       name.compare(16, std::string::npos, kRowsSuffix) == 0)
     return true;
-  const std::string rank = ".rank", ext = ".evj";
-  if (name.size() < 16 + rank.size() + 1 + ext.size()) return false;
+  const std::string rank = ".rank";
   if (name.find_first_not_of("0123456789abcdef") != 16 || name.compare(16, rank.size(), rank) != 0) return false;
-  const std::string digits = name.substr(16 + rank.size(), name.size() - 16 - rank.size() - ext.size());
-  return name.compare(name.size() - ext.size(), ext.size(), ext) == 0 && !digits.empty() &&
-         digits.find_first_not_of("0123456789") == std::string::npos;
+  for (const std::string ext : {".evj", ".rows"}) {
+    if (name.size() < 16 + rank.size() + 1 + ext.size()) continue;
+    const std::string digits = name.substr(16 + rank.size(), name.size() - 16 - rank.size() - ext.size());
+    if (name.compare(name.size() - ext.size(), ext.size(), ext) == 0 && !digits.empty() &&
+        digits.find_first_not_of("0123456789") == std::string::npos)
+      return true;
+  }
+  return false;
 }
 
 // Removes evalrun's files from `dir` and returns the names of the other entries left there.
@@ -302,6 +306,10 @@ std::string RunJournal::rows_file() const {
 
 std::string RunJournal::rank_file(const std::string& output_path, const std::string& run_id, int rank) {
   return (fs::path(dir_for(output_path)) / (run_id + ".rank" + std::to_string(rank) + ".evj")).string();
+}
+
+std::string RunJournal::kept_rows_file(const std::string& output_path, const std::string& run_id, int rank) {
+  return (fs::path(dir_for(output_path)) / (run_id + ".rank" + std::to_string(rank) + ".rows")).string();
 }
 
 // --- every rank ---------------------------------------------------------------------------------

@@ -89,6 +89,9 @@ class RunJournal {
   // The run's rows file (after start(): of this run, or of the interrupted run being resumed).
   std::string rows_file() const;
   static std::string rank_file(const std::string& output_path, const std::string& run_id, int rank);
+  // A rank's scratch file of the rows it keeps until the end (RankRows::spill_to): nothing reads it
+  // on --resume (the journal's records carry those rows).
+  static std::string kept_rows_file(const std::string& output_path, const std::string& run_id, int rank);
 
  private:
   std::string dir_;

@@ -192,4 +192,60 @@ TEST_F(RankRowsTest, AFailedWriteIsThrownToTheRankAndNothingAfterItIsJournaled) 
   EXPECT_TRUE(item_on_disk(path, 1));
 }
 
+TEST_F(RankRowsTest, RowsKeptUntilTheEndWaitInTheScratchFileNotInMemory) {
+  // Items of two datasets (float rows and int64 top-k ids) added out of order, as a generation that
+  // stops at EOS does; the layout comes after the run.
+  constexpr std::size_t kItems = 5;
+  const std::string spill = (dir_ / "run.rank0.rows").string();
+  RowsLayout layout = two_row_items(zero_file("rows", 1000 + kItems * 6000 * sizeof(float) + 8 * kItems * 2), kItems);
+  RowsLayout::Dataset ids;
+  ids.path = "/ids";
+  ids.type = RowType::i64;
+  ids.cols = 1;
+  ids.offset = 1000 + kItems * 6000 * sizeof(float);
+  ids.first_row = first_rows(std::vector<std::uint64_t>(kItems, 2));
+  layout.datasets.push_back(ids);
+  RankRows rows;
+  rows.spill_to(spill);
+  EXPECT_FALSE(fs::exists(spill));  // made on the first add
+  for (std::size_t k = 0; k < kItems; ++k) {
+    const std::size_t i = (k * 3) % kItems;  // 0 3 1 4 2
+    rows.add("/rows", i, item_rows(i));
+    rows.add("/ids", i, std::vector<std::int64_t>{(std::int64_t{1} << 40) + static_cast<std::int64_t>(i), -1});
+  }
+  rows.close();  // the run's end: the scratch file holds them, memory does not
+  EXPECT_EQ(rows.items(), 2 * kItems);
+  EXPECT_EQ(rows.bytes(), kItems * (6000 * sizeof(float) + 16));
+  ASSERT_TRUE(fs::exists(spill));
+  EXPECT_GE(fs::file_size(spill), rows.bytes());
+  rows.add("/rows", 9, std::vector<float>(7));  // after the run too (rank 0's journaled records)
+  rows.clear();
+  EXPECT_FALSE(fs::exists(spill));
+  for (std::size_t k = 0; k < kItems; ++k) {
+    rows.add("/rows", k, item_rows(k));
+    rows.add("/ids", k, std::vector<std::int64_t>{(std::int64_t{1} << 40) + static_cast<std::int64_t>(k), -1});
+  }
+  rows.write(layout);
+  for (std::size_t item = 0; item < kItems; ++item) EXPECT_TRUE(item_on_disk(layout.temp_path, item)) << item;
+  std::vector<std::int64_t> got(2 * kItems);
+  std::ifstream in(layout.temp_path, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(ids.offset));
+  in.read(reinterpret_cast<char*>(got.data()), static_cast<std::streamsize>(got.size() * 8));
+  for (std::size_t i = 0; i < kItems; ++i) {
+    EXPECT_EQ(got[2 * i], (std::int64_t{1} << 40) + static_cast<std::int64_t>(i));
+    EXPECT_EQ(got[2 * i + 1], -1);
+  }
+  rows.clear();
+  EXPECT_FALSE(fs::exists(spill));
+  // A scratch file that cannot take the rows: the error names it and the item.
+  RankRows full;
+  full.spill_to((dir_ / "no-such-dir" / "run.rank0.rows").string());
+  try {
+    full.add("/rows", 3, item_rows(3));
+    ADD_FAILURE() << "no error";
+  } catch (const WriteError& e) {
+    EXPECT_NE(std::string(e.what()).find("no-such-dir/run.rank0.rows"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace

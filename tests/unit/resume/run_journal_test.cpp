@@ -298,10 +298,14 @@ TEST_F(RunJournalDir, OnlyTheFilesEvalrunWroteAreRemoved) {
   EXPECT_FALSE(fs::exists(RunJournal::rank_file(out_, id, 0)));
   EXPECT_TRUE(fs::exists(fs::path(dir) / "fingerprint.json"));
   JournalAppender(out_, j.run_id(), 0).add({{1, "b"}});
+  std::ofstream(RunJournal::kept_rows_file(out_, j.run_id(), 12)) << "a rank's kept rows, left by a failed run";
+  std::ofstream(fs::path(dir) / (j.run_id() + ".rank1.rowsx")) << "not ours";
   // At the end: evalrun's files go, the others stay with the directory.
   j.remove();
   EXPECT_FALSE(fs::exists(fs::path(dir) / "fingerprint.json"));
   EXPECT_FALSE(fs::exists(RunJournal::rank_file(out_, j.run_id(), 0)));
+  EXPECT_FALSE(fs::exists(RunJournal::kept_rows_file(out_, j.run_id(), 12)));
+  EXPECT_TRUE(fs::exists(fs::path(dir) / (j.run_id() + ".rank1.rowsx")));
   EXPECT_TRUE(fs::exists(fs::path(dir) / "notes.txt"));
   EXPECT_TRUE(fs::is_directory(fs::path(dir) / "sub"));
   EXPECT_TRUE(fs::exists(fs::path(dir) / "0123.rank0.evj"));
