@@ -40,7 +40,7 @@ int PositionedWriter::buffered(std::uint64_t offset, const char* data, std::size
 int PositionedWriter::write(std::uint64_t offset, const void* data, std::size_t bytes) {
   const char* p = static_cast<const char*>(data);
   const std::uint64_t end = offset + bytes;
-  const std::uint64_t first_block = (offset + kBlock - 1) / kBlock * kBlock, last_block = end / kBlock * kBlock;
+  const std::uint64_t first_block = block_boundary_at_or_after(offset), last_block = end / kBlock * kBlock;
   if (direct_fd_ < 0 || first_block >= last_block) return buffered(offset, p, bytes);
   if (!staging_) {
     staging_.reset(static_cast<char*>(std::aligned_alloc(kBlock, kStaging)));

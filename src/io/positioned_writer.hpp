@@ -33,6 +33,9 @@ class PositionedWriter {
   bool direct() const { return direct_fd_ >= 0; }
 
   static constexpr std::size_t kBlock = 4096;        // a multiple of every device's logical block
+  static constexpr std::uint64_t block_boundary_at_or_after(std::uint64_t offset) {
+    return (offset + kBlock - 1) / kBlock * kBlock;
+  }
   static constexpr std::size_t kStaging = 8u << 20;  // bytes per direct write
 
  private:

@@ -234,11 +234,8 @@ void RankRows::write_as_added(const RowsLayout& layout) {
   file_ = open_rows_file(layout_);
   direct_ = file_->direct();
   writer_ = std::make_unique<Writer>(*file_, [this](const Block* b, int e) {
-    if (b == nullptr) {
-      throw WriteError(layout_.final_path, "the rows in " + layout_.temp_path + " (syncing them to disk)",
-                       std::strerror(e));
-    }
-    throw_write_error(layout_, *b, e);
+    if (b == nullptr) throw_sync_error(e);
+    throw_write_error(layout_, b->dataset, b->item, e);
   });
 }
 
@@ -278,7 +275,7 @@ void RankRows::add_block(Block block) {
   }
   // Kept until the end, in the scratch file: at a block boundary, so its writes are direct.
   if (!spill_) open_spill();
-  const std::uint64_t offset = (spill_end_ + PositionedWriter::kBlock - 1) / PositionedWriter::kBlock * PositionedWriter::kBlock;
+  const std::uint64_t offset = PositionedWriter::block_boundary_at_or_after(spill_end_);
   spill_end_ = offset + block.bytes();
   spilled_.push_back({block.dataset, block.item, block.type(), block.values(), offset});
   const auto t0 = std::chrono::steady_clock::now();
@@ -360,18 +357,15 @@ void RankRows::throw_write_error(const RowsLayout& layout, const std::string& da
                    std::strerror(e));
 }
 
-void RankRows::throw_write_error(const RowsLayout& layout, const Block& b, int e) {
-  throw_write_error(layout, b.dataset, b.item, e);
+void RankRows::throw_sync_error(int e) const {
+  throw WriteError(layout_.final_path, "the rows in " + layout_.temp_path + " (syncing them to disk)", std::strerror(e));
 }
 
 void RankRows::sync() {
   if (!file_) return;
   const auto t0 = std::chrono::steady_clock::now();
   writer_->drain();  // the journal's `then`s too
-  if (const int e = file_->sync()) {
-    throw WriteError(layout_.final_path, "the rows in " + layout_.temp_path + " (syncing them to disk)",
-                     std::strerror(e));
-  }
+  if (const int e = file_->sync()) throw_sync_error(e);
   seconds_ += seconds_between(t0);
 }
 
@@ -416,7 +410,7 @@ void RankRows::write(const RowsLayout& layout) {
   for (const auto& [path, blocks] : blocks_) {
     for (const auto& b : blocks) {
       const std::uint64_t at = offset_of(layout, b.dataset, b.item, b.type(), b.values());
-      if (const int e = file->write(at, b.data(), b.bytes())) throw_write_error(layout, b, e);
+      if (const int e = file->write(at, b.data(), b.bytes())) throw_write_error(layout, b.dataset, b.item, e);
     }
   }
   if (!spilled_.empty()) {

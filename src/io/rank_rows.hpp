@@ -153,7 +153,7 @@ class RankRows {
   // WriteError naming the rows of a write that failed with `err`.
   [[noreturn]] static void throw_write_error(const RowsLayout& layout, const std::string& dataset, std::uint64_t item,
                                              int err);
-  [[noreturn]] static void throw_write_error(const RowsLayout& layout, const Block& block, int err);
+  [[noreturn]] void throw_sync_error(int err) const;  // of write_as_added's file
   std::map<std::string, std::vector<Block>> blocks_;  // by dataset path
   RowsLayout layout_;  // write_as_added's
   std::unique_ptr<PositionedWriter> file_;

@@ -168,11 +168,12 @@ LinearPtr concat_outputs(std::vector<LinearPtr> parts) {
 LinearPtr dequantized(const Linear& layer, torch::ScalarType dtype, const torch::Device& device, bool transposed) {
   std::vector<float> w = layer.weight_f32(), b = layer.bias_f32();
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
-  // from_blob borrows w / b: .to() copies them (to() of a float32 host tensor to float32 on the host
-  // would not, hence the clone).
-  torch::Tensor wt = torch::from_blob(w.data(), {layer.out_features(), layer.in_features()}, f32).to(device, dtype).clone();
+  // from_blob borrows w / b: to() with copy = true makes the one copy the layer keeps, also where
+  // device and dtype are already the host's float32 (a plain to() would return the borrowed view).
+  torch::Tensor wt = torch::from_blob(w.data(), {layer.out_features(), layer.in_features()}, f32)
+                         .to(device, dtype, /*non_blocking=*/false, /*copy=*/true);
   torch::Tensor bt;
-  if (!b.empty()) bt = torch::from_blob(b.data(), {layer.out_features()}, f32).to(device, dtype).clone();
+  if (!b.empty()) bt = torch::from_blob(b.data(), {layer.out_features()}, f32).to(device, dtype, false, /*copy=*/true);
   return std::make_unique<DenseLinear>(wt, bt, transposed);
 }
 
