@@ -22,7 +22,9 @@
 // same for the FP8 weights. Variants int8 and
 // int8-lm_head8 (not in the default list): the fp32 checkpoint's projections quantized in memory to
 // INT8 W8A8 (per-channel weights, per-token activations: quantization.direct = true), the second with
-// the lm_head in INT8 too, printed against fp32.
+// the lm_head in INT8 too, printed against fp32. Variant bf16-torch (not in the default list): the
+// bfloat16 model on the torch path (LlamaModel::set_raw_bfloat16_path(false)), which bf16 ran on
+// before the raw-buffer bfloat16 path, printed against fp32 as bf16 is.
 // Variant families: one row per decoder preset (the make-model presets of every family), fp32 batch 1:
 // decode tokens/s and the share of the same bandwidth bound, the bytes a step reads being every
 // projection once (of a mixture-of-experts layer only the num_experts_per_tok routed experts, k / E
@@ -329,7 +331,7 @@ int main(int argc, char** argv) {
     llama2c = checkout;
   }
   const bool llama_110m = wanted("fp32") || wanted("fp32-rows") || wanted("int8-rows") || wanted("fp8-rows") || wanted("fp8-lm_head8") || wanted("int8") ||
-                          wanted("int8-lm_head8") || wanted("bf16") || wanted("gptq") || wanted("fp8") || wanted("gptq-lm_head8") ||
+                          wanted("int8-lm_head8") || wanted("bf16") || wanted("bf16-torch") || wanted("gptq") || wanted("fp8") || wanted("gptq-lm_head8") ||
                           wanted("llama2c");
   if (dir.empty() && llama_110m) {
     dir = (std::filesystem::temp_directory_path() / "evalrun-bench-llama-110m").string();
@@ -367,6 +369,7 @@ int main(int argc, char** argv) {
     evalrun::DType dtype;
     bool lm_head_int8 = false;
     bool int8 = false;  // the float checkpoint's projections quantized in memory (direct INT8 W8A8, per_token)
+    bool torch_path = false;  // bfloat16 on the torch path (LlamaModel::set_raw_bfloat16_path(false))
   };
   struct Result {
     double decode_tps[2] = {0, 0};
@@ -374,13 +377,16 @@ int main(int argc, char** argv) {
   };
   std::map<std::string, Result> results;
   for (const Variant& v : {Variant{"fp32", dir, evalrun::DType::fp32}, Variant{"bf16", dir, evalrun::DType::bf16},
+                           Variant{"bf16-torch", dir, evalrun::DType::bf16, false, false, true},
                            Variant{"gptq", gptq_dir, evalrun::DType::fp32}, Variant{"fp8", fp8_dir, evalrun::DType::fp32},
                            Variant{"gptq-lm_head8", gptq_dir, evalrun::DType::fp32, true},
                            Variant{"fp8-lm_head8", fp8_dir, evalrun::DType::fp32, true},
                            Variant{"int8", dir, evalrun::DType::fp32, false, true},
                            Variant{"int8-lm_head8", dir, evalrun::DType::fp32, true, true}}) {
     if (!wanted(v.label)) continue;
+    evalrun::LlamaModel::set_raw_bfloat16_path(!v.torch_path);
     auto model = evalrun::LlamaModel::load({v.dir, v.dtype, "cpu"});
+    evalrun::LlamaModel::set_raw_bfloat16_path(true);
     if (v.int8) quantize_int8(*model);
     if (v.lm_head_int8) model->quantize_lm_head_int8();
     const auto& c = model->config();
@@ -467,7 +473,7 @@ int main(int argc, char** argv) {
                 "whole model x%.3f\n",
                 h.decode_tps[0] / g.decode_tps[0], h.decode_tps[1] / g.decode_tps[1], h.model_bytes / g.model_bytes);
   }
-  for (const char* q : {"gptq", "gptq-lm_head8", "fp8", "fp8-lm_head8", "int8", "int8-lm_head8"}) {
+  for (const char* q : {"bf16", "bf16-torch", "gptq", "gptq-lm_head8", "fp8", "fp8-lm_head8", "int8", "int8-lm_head8"}) {
     if (!results.count("fp32") || !results.count(q)) continue;
     const Result& f = results["fp32"];
     const Result& g = results[q];

@@ -8,17 +8,22 @@
 // positions [cached_length, cached_length + seq) and attends over [0, cached_length + seq).
 //
 // Two implementations of the same math:
-//  * float32 with oneDNN's sgemm ("fast" path): the raw-buffer kernels of src/ops (RMSNorm, RoPE,
-//    gated SiLU, attention as strided sgemm calls straight on the fused QKV buffer and the cache, no
-//    permute copies). Work
-//    buffers live in Workspaces that grow to the largest batch seen and are reused, so decode steps do
-//    not allocate big blocks (and do not page-fault; see model::tune_malloc_once).
-//  * torch ops (bfloat16, float32 without oneDNN, and every run off the host: float32, bfloat16 or
-//    float16 on a GPU), written like transformers' eager code so that bfloat16 rounds where HF's
-//    model.to(torch.bfloat16) rounds: products, residual adds and the SiLU gate in bfloat16; RMSNorm
-//    statistics, RoPE angles and softmax in float32. Its tensors (weights, cache, activations) sit on
-//    the model's device (Weights::device); ids, positions and masks go there once per call, and only
-//    the logits and hidden states come back (host_floats).
+//  * raw buffers on the host ("fast" path): float32 with oneDNN's sgemm (and every quantized model),
+//    or a bfloat16 model: the kernels of src/ops (RMSNorm, RoPE, gated SiLU, attention as strided
+//    sgemm calls straight on the fused QKV buffer and the cache, no permute copies) on float32
+//    buffers. Work buffers live in Workspaces that grow to the largest batch seen and are reused, so
+//    decode steps do not allocate big blocks (and do not page-fault; see model::tune_malloc_once).
+//    A bfloat16 model (Impl::bf16) keeps bfloat16 values in those float32 buffers (and its KV cache)
+//    and rounds them where the torch path below stores a bfloat16 tensor (ops/bfloat16.hpp), its
+//    products on bfloat16 weights (model::linear_bf16_floats): the torch path's numbers to float
+//    rounding inside an operation, without its per-operation cost, which was most of a bfloat16
+//    decode step of a small model. Mixtral in bfloat16 stays on the torch path.
+//  * torch ops (float32 without oneDNN, bfloat16 Mixtral, and every run off the host: float32,
+//    bfloat16 or float16 on a GPU), written like transformers' eager code so that bfloat16 rounds
+//    where HF's model.to(torch.bfloat16) rounds: products, residual adds and the SiLU gate in
+//    bfloat16; RMSNorm statistics, RoPE angles and softmax in float32. Its tensors (weights, cache,
+//    activations) sit on the model's device (Weights::device); ids, positions and masks go there once
+//    per call, and only the logits and hidden states come back (host_floats).
 //
 // Tensor parallelism (a Communicator of T ranks passed to load): rank r holds attention heads
 // [r nh/T, (r+1) nh/T) and the key/value heads they read (split when T divides num_key_value_heads,
@@ -79,6 +84,7 @@
 #include "model/loader_util.hpp"
 #include "ops/activations.hpp"
 #include "ops/attention.hpp"
+#include "ops/bfloat16.hpp"
 #include "ops/bf16_rows.hpp"
 #include "ops/gemm.hpp"
 #include "ops/moe.hpp"
@@ -92,6 +98,9 @@ namespace {
 
 using torch::Tensor;
 namespace fs = std::filesystem;
+
+// Tests and benchmarks: false sends bfloat16 models loaded afterwards to the torch path.
+bool g_raw_bfloat16 = true;
 
 // Float projection weights stay [out, in] as stored, on both paths: the float32 path's products
 // (ops::linear_f32) stream that layout at memory speed in decode steps and run oneDNN's matmul on it
@@ -216,6 +225,12 @@ struct LlamaModel::Impl : model::Weights {
   // This rank's part of the heads and intermediate columns (all of them without tensor parallelism).
   std::int64_t heads = 0, kv_heads = 0, inter = 0;
 
+  // The raw-buffer path (see the file comment), fixed at load: use_sgemm, or bf16.
+  bool fast = false;
+  // A bfloat16 model on the raw-buffer path: float32 buffers hold bfloat16 values, rounded as the
+  // torch path rounds; its norm weights (and GPT-2's positions) are held in float32 (exact).
+  bool bf16 = false;
+
   model::Workspace buf_x, buf_a, buf_qkv, buf_ctx, buf_gu, buf_act, buf_rope, buf_final, buf_part;
   model::Workspace buf_router, buf_moe_in, buf_moe_out, buf_moe_acc;
 
@@ -239,10 +254,39 @@ struct LlamaModel::Impl : model::Weights {
   std::int64_t q_width() const { return heads * cfg.head_dim; }
   std::int64_t kv_width() const { return kv_heads * cfg.head_dim; }
 
+  // y = x W^T (+ b) on the raw-buffer path: the layer's own float32 product, or for a bfloat16 model
+  // the bfloat16 one, its result rounded to bfloat16.
+  void linear(quant::Linear& layer, const float* x, std::int64_t M, std::int64_t ldx, float* y, std::int64_t ldy) {
+    if (bf16) {
+      const quant::DenseLinear& dense = quant::as_dense(layer);
+      model::linear_bf16_floats(x, M, ldx, dense.weight(), dense.bias(), y, ldy);
+    } else {
+      layer.forward(x, M, ldx, y, ldy, 1.0f, 0.0f);
+    }
+  }
+
   // y[m, :] += alpha * (x[m, :] W^T) for a row-parallel layer: this rank's partial product, summed
-  // over the group. Without tensor parallelism, one accumulating product.
+  // over the group. Without tensor parallelism, one accumulating product. A bfloat16 model rounds
+  // as HF's residual add: y = bf16(y + bf16(alpha * o)), o the bfloat16 product (summed in float32
+  // and rounded, as Weights::summed).
   void row_parallel(quant::Linear& layer, const float* x, std::int64_t M, std::int64_t ldx, float* y, std::int64_t ldy,
                     float alpha) {
+    if (bf16) {
+      const std::int64_t N = layer.out_features();
+      float* o = buf_part.get({M, N}, torch::kFloat32).data_ptr<float>();
+      linear(layer, x, M, ldx, o, N);
+      if (split()) {
+        tp->allreduce_sum(o, static_cast<std::size_t>(M * N));
+        ops::round_to_bf16(o, M * N);
+      }
+      for (std::int64_t m = 0; m < M; ++m) {
+        for (std::int64_t n = 0; n < N; ++n) {
+          const float add = alpha == 1.0f ? o[m * N + n] : ops::round_to_bf16(o[m * N + n] * alpha);
+          y[m * ldy + n] = ops::round_to_bf16(y[m * ldy + n] + add);
+        }
+      }
+      return;
+    }
     if (!split()) {
       layer.forward(x, M, ldx, y, ldy, alpha, 1.0f);
       return;
@@ -332,9 +376,9 @@ struct LlamaModel::Impl : model::Weights {
   void norm_rows(const float* x, const Tensor& w, const Tensor& b, float* out, std::int64_t M) const {
     const float eps = static_cast<float>(cfg.norm_eps);
     if (cfg.norm == LlamaConfig::Norm::layer) {
-      ops::layer_norm_rows(x, w.data_ptr<float>(), b.data_ptr<float>(), out, M, cfg.hidden_size, eps);
+      ops::layer_norm_rows(x, w.data_ptr<float>(), b.data_ptr<float>(), out, M, cfg.hidden_size, eps, bf16);
     } else {
-      ops::rms_norm_rows(x, w.data_ptr<float>(), out, M, cfg.hidden_size, eps, norm_offset());
+      ops::rms_norm_rows(x, w.data_ptr<float>(), out, M, cfg.hidden_size, eps, norm_offset(), bf16);
     }
   }
 
@@ -353,6 +397,9 @@ struct LlamaModel::Impl : model::Weights {
     a.first_query = cache.length();
     a.scale = attention_scale();
     a.window = cfg.sliding_window;
+    a.bf16 = bf16;
+    // HF divides by sqrt(head_dim) (Granite multiplies by its attention_multiplier).
+    if (cfg.attention_multiplier == 0.0) a.score_divisor = static_cast<float>(std::sqrt(static_cast<double>(d)));
     const ops::HeadRows q{qkv, seq * W, d, W};
     const ops::HeadRows k{cache.k[layer].data_ptr<float>(), kv_heads * cap * d, cap * d, d};
     const ops::HeadRows v{cache.v[layer].data_ptr<float>(), kv_heads * cap * d, cap * d, d};
@@ -371,19 +418,25 @@ struct LlamaModel::Impl : model::Weights {
 
     Tensor xt = buf_x.get({M, H}, torch::kFloat32);
     float* x = xt.data_ptr<float>();
-    const float* emb = embed.data_ptr<float>();
-    const float em = static_cast<float>(c.embedding_multiplier);
+    float em = static_cast<float>(c.embedding_multiplier);
+    // Gemma multiplies by its normalizer as a tensor of the compute dtype.
+    if (bf16 && c.embedding_multiplier_in_dtype) em = ops::round_to_bf16(em);
     for (std::int64_t m = 0; m < M; ++m) {
-      const float* e = emb + ids[m] * H;
       float* xr = x + m * H;
-      if (em == 1.0f) {
-        std::memcpy(xr, e, sizeof(float) * H);
+      if (bf16) {  // the embeddings stay bfloat16 (a tied lm_head is the same tensor)
+        const auto* e = reinterpret_cast<const std::uint16_t*>(embed.data_ptr()) + ids[m] * H;
+        for (std::int64_t i = 0; i < H; ++i) xr[i] = ops::float_of_bf16(e[i]);
       } else {
-        for (std::int64_t i = 0; i < H; ++i) xr[i] = e[i] * em;
+        std::memcpy(xr, embed.data_ptr<float>() + ids[m] * H, sizeof(float) * H);
+      }
+      if (em != 1.0f) {
+        for (std::int64_t i = 0; i < H; ++i) xr[i] *= em;
+        if (bf16) ops::round_to_bf16(xr, H);
       }
       if (c.learned_positions) {  // GPT-2: wte + wpe
         const float* pe = positions_emb.data_ptr<float>() + positions[m] * H;
         for (std::int64_t i = 0; i < H; ++i) xr[i] += pe[i];
+        if (bf16) ops::round_to_bf16(xr, H);
       }
     }
     auto keep = [&](const float* p) {
@@ -394,6 +447,10 @@ struct LlamaModel::Impl : model::Weights {
     float *cos = nullptr, *sin = nullptr;
     const bool rope = !c.learned_positions;
     if (rope) rope_tables(positions, batch, seq, cos, sin);
+    if (rope && bf16) {  // HF casts cos and sin to the compute dtype
+      ops::round_to_bf16(cos, M * half);
+      ops::round_to_bf16(sin, M * half);
+    }
     float* a = buf_a.get({M, H}, torch::kFloat32).data_ptr<float>();
     float* qkv = buf_qkv.get({M, W}, torch::kFloat32).data_ptr<float>();
     float* ctx = buf_ctx.get({M, qw}, torch::kFloat32).data_ptr<float>();
@@ -403,7 +460,7 @@ struct LlamaModel::Impl : model::Weights {
     for (std::size_t l = 0; l < layers.size(); ++l) {
       const DecoderLayer& L = layers[l];
       norm_rows(x, L.attn_norm, L.attn_norm_b, a, M);
-      L.qkv->forward(a, M, H, qkv, W, 1.0f, 0.0f);
+      linear(*L.qkv, a, M, H, qkv, W);
       // Rotate q and k, and store k and v in the cache.
       float* kc = cache.k[l].data_ptr<float>();
       float* vc = cache.v[l].data_ptr<float>();
@@ -413,7 +470,13 @@ struct LlamaModel::Impl : model::Weights {
           if (rope) {
             const float* cm = cos + m * half;
             const float* sm = sin + m * half;
-            for (std::int64_t h = 0; h < nh + nkv; ++h) ops::rope_rotate_head(row + h * d, cm, sm, half);
+            for (std::int64_t h = 0; h < nh + nkv; ++h) {
+              if (bf16) {
+                ops::rope_rotate_head_bf16(row + h * d, cm, sm, half);
+              } else {
+                ops::rope_rotate_head(row + h * d, cm, sm, half);
+              }
+            }
           }
           const std::int64_t b = m / seq, pos = len0 + m % seq;
           for (std::int64_t j = 0; j < nkv; ++j) {
@@ -430,12 +493,12 @@ struct LlamaModel::Impl : model::Weights {
       if (!L.experts.empty()) {
         moe_fast(L, l, a, M, x, gu, act, rm);
       } else if (c.mlp == LlamaConfig::Mlp::gelu_tanh) {  // c_proj(gelu(c_fc a))
-        L.gate_up->forward(a, M, H, act, I, 1.0f, 0.0f);
-        ops::gelu_tanh_rows(act, M, I, I);
+        linear(*L.gate_up, a, M, H, act, I);
+        ops::gelu_tanh_rows(act, M, I, I, bf16);
         row_parallel(*L.down, act, M, I, x, H, rm);
       } else {
-        L.gate_up->forward(a, M, H, gu, 2 * I, 1.0f, 0.0f);
-        ops::gated_activation_rows(gu, act, M, I, c.mlp_activation);
+        linear(*L.gate_up, a, M, H, gu, 2 * I);
+        ops::gated_activation_rows(gu, act, M, I, c.mlp_activation, bf16);
         row_parallel(*L.down, act, M, I, x, H, rm);
       }
       if (l + 1 < layers.size()) keep(x);
@@ -515,15 +578,24 @@ struct LlamaModel::Impl : model::Weights {
     return w * normed.to(x.scalar_type());
   }
 
-  // The MLP gate's activation (transformers' ACT2FN: silu, gelu_pytorch_tanh, exact gelu).
+  // The MLP gate's activation (transformers' ACT2FN: silu, gelu_pytorch_tanh, exact gelu), computed in
+  // float32 and rounded once to g's dtype, as torch 2.x's kernels compute a bfloat16 / float16
+  // activation (libtorch 1.13's CPU kernels round each step of the formula instead).
   Tensor gate_activation(const Tensor& g) const {
+    const Tensor f = g.to(torch::kFloat32);
     switch (cfg.mlp_activation) {
-      case ops::GateActivation::gelu_tanh: return at::gelu(g, "tanh");
-      case ops::GateActivation::gelu: return at::gelu(g, "none");
+      case ops::GateActivation::gelu_tanh: return at::gelu(f, "tanh").to(g.scalar_type());
+      case ops::GateActivation::gelu: return at::gelu(f, "none").to(g.scalar_type());
       case ops::GateActivation::silu: break;
     }
-    return torch::silu(g);
+    return torch::silu(f).to(g.scalar_type());
   }
+
+  // t * s and t / s for a Python float s, computed in float32 and rounded once to t's dtype, as torch
+  // 2.x computes a bfloat16 / float16 tensor times a scalar (libtorch 1.13's CPU kernels round s to
+  // the tensor's dtype first). No-ops in dtype for float32.
+  static Tensor times(const Tensor& t, double s) { return (t.to(torch::kFloat32) * s).to(t.scalar_type()); }
+  static Tensor divided(const Tensor& t, double s) { return (t.to(torch::kFloat32) / s).to(t.scalar_type()); }
 
   // x W^T + b on the torch path; bfloat16 products where model::linear_bf16 routes them (decode steps
   // to the bf16 row kernel, more rows to float32 tiles on CPUs without AVX512-BF16).
@@ -561,7 +633,7 @@ struct LlamaModel::Impl : model::Weights {
     if (c.embedding_multiplier_in_dtype) {
       x = x * torch::scalar_tensor(c.embedding_multiplier, x.options());  // Gemma's normalizer tensor
     } else if (c.embedding_multiplier != 1.0) {
-      x = x * c.embedding_multiplier;
+      x = times(x, c.embedding_multiplier);
     }
     const Tensor pos = model::int64_on(positions, {batch, seq}, device);
     if (c.learned_positions) x = x + positions_emb.index_select(0, pos.reshape({M}));  // GPT-2: wte + wpe
@@ -608,15 +680,15 @@ struct LlamaModel::Impl : model::Weights {
       }
       Tensor scores = model::matmul(q, keys.transpose(2, 3));
       if (c.attention_multiplier != 0.0) {
-        scores = scores * c.attention_multiplier;
+        scores = times(scores, c.attention_multiplier);
       } else {
-        scores = scores / std::sqrt(static_cast<double>(d));
+        scores = divided(scores, std::sqrt(static_cast<double>(d)));
       }
       Tensor probs = torch::softmax(scores.to(torch::kFloat32) + mask_add, -1).to(st);
       Tensor ctx = model::matmul(probs, values) * any_allowed;  // [B, nh, L, d]
       ctx = ctx.transpose(1, 2).reshape({M, qw});
       Tensor o = summed(linear_t(ctx, L.o));
-      x = c.residual_multiplier == 1.0 ? x + o : x + o * c.residual_multiplier;
+      x = c.residual_multiplier == 1.0 ? x + o : x + times(o, c.residual_multiplier);
 
       a = norm_t(x, L.mlp_norm, L.mlp_norm_b);
       Tensor down;
@@ -625,11 +697,11 @@ struct LlamaModel::Impl : model::Weights {
       } else {
         Tensor gu = linear_t(a, L.gate_up);
         Tensor act = c.mlp == LlamaConfig::Mlp::gelu_tanh
-                         ? at::gelu(gu, "tanh")
+                         ? at::gelu(gu.to(torch::kFloat32), "tanh").to(gu.scalar_type())
                          : gate_activation(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
         down = summed(linear_t(act, L.down));
       }
-      x = c.residual_multiplier == 1.0 ? x + down : x + down * c.residual_multiplier;
+      x = c.residual_multiplier == 1.0 ? x + down : x + times(down, c.residual_multiplier);
       if (l + 1 < layers.size()) keep(x);
     }
     return x;
@@ -643,8 +715,10 @@ struct LlamaModel::Impl : model::Weights {
     auto cache = std::make_unique<LlamaCache>(batch, capacity);
     // Zero-filled: the pages are touched now rather than during decode steps.
     for (std::int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
-      cache->k.push_back(torch::zeros({batch, kv_heads, capacity, cfg.head_dim}, on_device()));
-      cache->v.push_back(torch::zeros({batch, kv_heads, capacity, cfg.head_dim}, on_device()));
+      // The raw-buffer path's cache is float32 (a bfloat16 model's holds bfloat16 values).
+      const at::TensorOptions options = on_device(fast ? at::kFloat : st);
+      cache->k.push_back(torch::zeros({batch, kv_heads, capacity, cfg.head_dim}, options));
+      cache->v.push_back(torch::zeros({batch, kv_heads, capacity, cfg.head_dim}, options));
     }
     return cache;
   }
@@ -693,7 +767,7 @@ struct LlamaModel::Impl : model::Weights {
 
   Tensor run_layers(const std::int64_t* ids, const std::int64_t* positions, const std::int64_t* key_mask,
                     std::int64_t batch, std::int64_t seq, Cache& cache, std::vector<std::vector<float>>* hidden) {
-    Tensor x = use_sgemm ? layers_fast(ids, positions, key_mask, batch, seq, cache, hidden)
+    Tensor x = fast ? layers_fast(ids, positions, key_mask, batch, seq, cache, hidden)
                          : layers_torch(ids, positions, key_mask, batch, seq, cache, hidden);
     cache.advance(seq);
     return x;
@@ -702,7 +776,7 @@ struct LlamaModel::Impl : model::Weights {
   // Final norm of the selected rows of x [M, H] (all rows when rows is empty) in the compute dtype.
   Tensor final_normed(const Tensor& x, const std::vector<std::int64_t>& rows) {
     const std::int64_t H = cfg.hidden_size;
-    if (use_sgemm) {
+    if (fast) {
       const std::int64_t R = rows.empty() ? x.size(0) : static_cast<std::int64_t>(rows.size());
       Tensor sel = x;
       if (!rows.empty()) {
@@ -726,21 +800,24 @@ struct LlamaModel::Impl : model::Weights {
   void project(const Tensor& h, std::vector<float>& logits) {
     const std::int64_t R = h.size(0), V = cfg.vocab_size, H = cfg.hidden_size;
     logits.resize(static_cast<std::size_t>(R * V));
-    if (lm_head_int8 || use_sgemm) {  // raw float32 buffers
+    if (lm_head_int8 || fast) {  // raw float32 buffers
+      const bool round = bf16 && !lm_head_int8;  // bfloat16 logits
       if (lm_head_int8) {
         const Tensor x = h.to(torch::kFloat32).contiguous();
         lm_head_int8->forward(x.data_ptr<float>(), R, H, logits.data(), V, 1.0f, 0.0f);
+      } else if (round) {
+        model::linear_bf16_floats(h.data_ptr<float>(), R, H, lm_head, Tensor(), logits.data(), V);
       } else {
         ops::linear_f32(h.data_ptr<float>(), R, H, lm_head.data_ptr<float>(), V, H, logits.data(), V, 1.0f, 0.0f);
       }
       if (cfg.logits_scaling != 1.0) {
         const float s = static_cast<float>(cfg.logits_scaling);
-        for (float& v : logits) v /= s;
+        for (float& v : logits) v = round ? ops::round_to_bf16(v / s) : v / s;
       }
       return;
     }
     Tensor y = linear_t(h, lm_head, Tensor());
-    if (cfg.logits_scaling != 1.0) y = y / cfg.logits_scaling;
+    if (cfg.logits_scaling != 1.0) y = divided(y, cfg.logits_scaling);
     logits = model::host_floats(y);
   }
 };
@@ -779,6 +856,8 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const ModelLoad& how_to) {
   m.cfg = LlamaConfig::from_json_file((fs::path(how_to.dir) / "config.json").string());
   m.begin_load(how_to);
   const auto& c = m.cfg;
+  m.bf16 = g_raw_bfloat16 && m.on_host() && m.st == at::kBFloat16 && c.num_experts == 0;
+  m.fast = m.use_sgemm || m.bf16;
   const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, d = c.head_dim;
   const std::int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads;
   const std::int64_t qw = nh * d, kvw = nkv * d;
@@ -894,10 +973,22 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const ModelLoad& how_to) {
   for (const auto& name : ckpt.names()) {
     if (!used.count(name)) throw InputError(ckpt.dir() + ": tensor '" + name + "'", "unexpected tensor for this architecture");
   }
+  if (m.bf16) {  // the raw-buffer kernels read these as float32 (bfloat16 values, exact)
+    for (Tensor* t : {&m.final_norm, &m.final_norm_b, &m.positions_emb}) {
+      if (t->defined()) *t = t->to(torch::kFloat32);
+    }
+    for (DecoderLayer& L : m.layers) {
+      for (Tensor* t : {&L.attn_norm, &L.mlp_norm, &L.attn_norm_b, &L.mlp_norm_b}) {
+        if (t->defined()) *t = t->to(torch::kFloat32);
+      }
+    }
+  }
   if (!c.learned_positions) m.inv_freq = rope_inv_freq(c);  // stays on the host: rope tables are made there
   m.finish_load(/*transposed=*/false);
   return std::unique_ptr<LlamaModel>(new LlamaModel(std::move(impl)));
 }
+
+void LlamaModel::set_raw_bfloat16_path(bool enabled) { g_raw_bfloat16 = enabled; }
 
 const LlamaConfig& LlamaModel::config() const { return impl_->cfg; }
 

@@ -103,6 +103,9 @@ class LlamaModel : public CausalLM {
   // reads only this rank's part of the projections (see llama.cpp); a model that cannot be split T
   // ways is an InputError naming parallel.tensor_parallel and the config.json field.
   static std::unique_ptr<LlamaModel> load(const ModelLoad& how);
+  // Tests and benchmarks: false loads bfloat16 models on the torch path (the raw-buffer bfloat16
+  // path's reference) until set back to true (the default). Not thread-safe; set before loading.
+  static void set_raw_bfloat16_path(bool enabled);
   ~LlamaModel() override;
   LlamaModel(const LlamaModel&) = delete;
   LlamaModel& operator=(const LlamaModel&) = delete;

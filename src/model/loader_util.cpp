@@ -7,6 +7,7 @@
 
 #include "common/errors.hpp"
 #include "ops/bf16_rows.hpp"
+#include "ops/bfloat16.hpp"
 #include "ops/gemm.hpp"
 #include "quant/dense.hpp"
 #include "common/parse_limits.hpp"
@@ -81,6 +82,27 @@ bool linear_bf16(torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& 
     ops::linear_bf16_tiles(bits(x), m, k, bits(w), layout, b, n, bits(y), beta);
   }
   return true;
+}
+
+void linear_bf16_floats(const float* x, std::int64_t m, std::int64_t ldx, const torch::Tensor& w,
+                        const torch::Tensor& bias, float* y, std::int64_t ldy) {
+  const std::int64_t n = w.size(0), k = w.size(1);
+  // Reused across calls: a decode step's buffers are not allocated (or page-faulted) again.
+  thread_local std::vector<std::uint16_t> xb, yb;
+  xb.resize(static_cast<std::size_t>(m * k));
+  yb.resize(static_cast<std::size_t>(m * n));
+  for (std::int64_t r = 0; r < m; ++r) {
+    for (std::int64_t p = 0; p < k; ++p) xb[r * k + p] = ops::bf16_of(x[r * ldx + p]);
+  }
+  const torch::Tensor xt = torch::from_blob(xb.data(), {m, k}, torch::kBFloat16);
+  torch::Tensor yt = torch::from_blob(yb.data(), {m, n}, torch::kBFloat16);
+  if (!linear_bf16(yt, xt, w, ops::Bf16Layout::out_in, bias, 0.0f)) {
+    yt.copy_(bias.defined() ? at::linear(xt, w, bias) : at::linear(xt, w));
+  }
+  const std::uint16_t* ys = yb.data();
+  for (std::int64_t r = 0; r < m; ++r) {
+    for (std::int64_t j = 0; j < n; ++j) y[r * ldy + j] = ops::float_of_bf16(ys[r * n + j]);
+  }
 }
 
 torch::Tensor matmul(const torch::Tensor& a, const torch::Tensor& b) {

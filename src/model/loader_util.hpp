@@ -74,6 +74,13 @@ void matmul_into(torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& 
 bool linear_bf16(torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& w, ops::Bf16Layout layout,
                  const torch::Tensor& bias, float beta);
 
+// The same product for the raw-buffer bfloat16 path, whose activations are float32 buffers holding
+// bfloat16 values: y[m, :] = bf16(x[m, :] W^T + bias) for m rows of x (row stride ldx, rounded to
+// bfloat16 on the way in, which keeps bfloat16 values) into rows of y (stride ldy) as float32. W [n, k]
+// and bias (or undefined) bfloat16 on the host; linear_bf16's routes, or the native bfloat16 GEMM.
+void linear_bf16_floats(const float* x, std::int64_t m, std::int64_t ldx, const torch::Tensor& w,
+                        const torch::Tensor& bias, float* y, std::int64_t ldy);
+
 // at::matmul, except that bfloat16 operands are multiplied in float32 and the product rounded once to
 // bfloat16 on CPUs without AVX512-BF16, where libtorch's bfloat16 matmul is a scalar loop (the same
 // arithmetic as torch's: float32 accumulation, one rounding). For the attention products.

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ops/bfloat16.hpp"
+
 namespace evalrun::ops {
 namespace {
 
@@ -36,29 +38,35 @@ void for_row_pieces(std::int64_t rows, std::int64_t n, const Fn& fn) {
 }
 
 template <float (*Act)(float)>
-void gated(const float* gate_up, float* out, std::int64_t rows, std::int64_t I) {
+void gated(const float* gate_up, float* out, std::int64_t rows, std::int64_t I, bool bf16) {
   for_row_pieces(rows, I, [&](std::int64_t m, std::int64_t i0, std::int64_t i1) {
     const float* g = gate_up + m * 2 * I;
     const float* u = g + I;
     float* o = out + m * I;
-    for (std::int64_t i = i0; i < i1; ++i) o[i] = Act(g[i]) * u[i];
+    if (bf16) {
+      for (std::int64_t i = i0; i < i1; ++i) o[i] = round_to_bf16(round_to_bf16(Act(g[i])) * u[i]);
+    } else {
+      for (std::int64_t i = i0; i < i1; ++i) o[i] = Act(g[i]) * u[i];
+    }
   });
 }
 
 }  // namespace
 
-void gated_activation_rows(const float* gate_up, float* out, std::int64_t rows, std::int64_t I, GateActivation act) {
+void gated_activation_rows(const float* gate_up, float* out, std::int64_t rows, std::int64_t I, GateActivation act,
+                           bool bf16) {
   switch (act) {
-    case GateActivation::silu: return gated<silu>(gate_up, out, rows, I);
-    case GateActivation::gelu_tanh: return gated<gelu_tanh>(gate_up, out, rows, I);
-    case GateActivation::gelu: return gated<gelu>(gate_up, out, rows, I);
+    case GateActivation::silu: return gated<silu>(gate_up, out, rows, I, bf16);
+    case GateActivation::gelu_tanh: return gated<gelu_tanh>(gate_up, out, rows, I, bf16);
+    case GateActivation::gelu: return gated<gelu>(gate_up, out, rows, I, bf16);
   }
 }
 
-void gelu_tanh_rows(float* x, std::int64_t rows, std::int64_t n, std::int64_t ld) {
+void gelu_tanh_rows(float* x, std::int64_t rows, std::int64_t n, std::int64_t ld, bool bf16) {
   for_row_pieces(rows, n, [&](std::int64_t m, std::int64_t i0, std::int64_t i1) {
     float* r = x + m * ld;
     for (std::int64_t i = i0; i < i1; ++i) r[i] = gelu_tanh(r[i]);
+    if (bf16) round_to_bf16(r + i0, i1 - i0);
   });
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "ops/bfloat16.hpp"
 #include "ops/gemm.hpp"
 #include "ops/softmax.hpp"
 
@@ -36,13 +37,24 @@ void attention_f32(const AttentionShape& a, const HeadRows& q, const HeadRows& k
         b = task / nh, h = task % nh, j = h / groups;
       }
       const std::int64_t* km = key_mask + b * T;
-      sgemm('N', 'T', rows, T, d, a.scale, q.at(b, h), ldq, k.at(b, j), k.row_stride, 0.0f, s, T);
+      sgemm('N', 'T', rows, T, d, a.bf16 ? 1.0f : a.scale, q.at(b, h), ldq, k.at(b, j), k.row_stride, 0.0f, s, T);
+      if (a.bf16) {
+        for (std::int64_t i = 0; i < rows * T; ++i) {
+          const float dot = round_to_bf16(s[i]);
+          s[i] = round_to_bf16(a.score_divisor != 0.0f ? dot / a.score_divisor : dot * a.scale);
+        }
+      }
       for (std::int64_t r = 0; r < rows; ++r) {
         const std::int64_t last = !a.causal ? T - 1 : grouped ? a.first_query : a.first_query + r;
         const std::int64_t first = a.causal && a.window > 0 ? std::max<std::int64_t>(0, last - a.window) : 0;
         causal_masked_softmax_row(s + r * T, T, km, first, last);
+        if (a.bf16) round_to_bf16(s + r * T, T);
       }
-      sgemm('N', 'N', rows, d, T, 1.0f, s, T, v.at(b, j), v.row_stride, 0.0f, out + b * out_batch_stride + h * d, ldo);
+      float* o = out + b * out_batch_stride + h * d;
+      sgemm('N', 'N', rows, d, T, 1.0f, s, T, v.at(b, j), v.row_stride, 0.0f, o, ldo);
+      if (a.bf16) {
+        for (std::int64_t r = 0; r < rows; ++r) round_to_bf16(o + r * ldo, d);
+      }
     }
   });
 }

@@ -29,6 +29,12 @@ struct AttentionShape {
   // window + 1 keys, as transformers 4.39's eager Mistral mask (keys j <= p - window - 1 masked).
   std::int64_t window = 0;
   float scale = 1.0f;            // scores = scale * q . k
+  // A bfloat16 model (its inputs hold bfloat16 values): rounded where its eager attention stores
+  // bfloat16 tensors. q . k rounded, then scaled (divided by score_divisor when it is not 0, as HF's
+  // `/ math.sqrt(head_dim)`, else multiplied by scale) and rounded again; the float32 softmax's
+  // probabilities rounded before the second product; its result rounded.
+  bool bf16 = false;
+  float score_divisor = 0.0f;
 };
 
 // out (row t of (b, h) at out + b * out_batch_stride + h * head_dim + t * out_row_stride) =

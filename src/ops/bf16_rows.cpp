@@ -8,26 +8,13 @@
 #include <stdexcept>
 #include <vector>
 
+#include "ops/bfloat16.hpp"
 #include "ops/gemm.hpp"
 #include "ops/isa.hpp"
 #include "ops/row_dot_avx2.hpp"
 
 namespace evalrun::ops {
 namespace {
-
-float float_of(std::uint16_t h) {
-  const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-std::uint16_t bf16_of(float x) {
-  std::uint32_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN stays NaN
-  return static_cast<std::uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
 
 // Output columns j0 .. j1 of M rows (M a template argument: the accumulators stay in registers).
 // Two accumulators per row, 64 bfloat16 per step of k, whatever M is (a row sums in the same order
@@ -62,7 +49,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void columns_avx512(const
                                    w1);
       }
     }
-    const float b = bias != nullptr ? float_of(bias[j]) : 0.0f;
+    const float b = bias != nullptr ? float_of_bf16(bias[j]) : 0.0f;
     for (int r = 0; r < M; ++r) y[r * n + j] = bf16_of(_mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r])) + b);
   }
 }
@@ -99,7 +86,7 @@ EVALRUN_AVX2_ROWS_TARGET void columns_avx2(const float* xf, std::int64_t k, cons
     const Bf16Loader loader(w + j * k, tail, k);
     float sums[M];
     passes<M>(xf, k, loader, tail, sums);
-    const float b = bias != nullptr ? float_of(bias[j]) : 0.0f;
+    const float b = bias != nullptr ? float_of_bf16(bias[j]) : 0.0f;
     for (int r = 0; r < M; ++r) y[r * n + j] = bf16_of(sums[r] + b);
   }
 }
@@ -122,7 +109,7 @@ bool cpu_has_avx512_bf16() {
 // bfloat16 -> float32 of n values (exact), split over the threads when there are many.
 void widen(const std::uint16_t* src, std::int64_t count, float* dst) {
   at::parallel_for(0, count, 1 << 16, [&](std::int64_t i0, std::int64_t i1) {
-    for (std::int64_t i = i0; i < i1; ++i) dst[i] = float_of(src[i]);
+    for (std::int64_t i = i0; i < i1; ++i) dst[i] = float_of_bf16(src[i]);
   });
 }
 
@@ -180,7 +167,7 @@ void linear_bf16_tiles(const std::uint16_t* x, std::int64_t m, std::int64_t k, c
     } else {
       at::parallel_for(0, k, std::max<std::int64_t>(1, 65536 / cols), [&](std::int64_t p0, std::int64_t p1) {
         for (std::int64_t p = p0; p < p1; ++p) {
-          for (std::int64_t j = 0; j < cols; ++j) wf[p * cols + j] = float_of(w[p * n + j0 + j]);
+          for (std::int64_t j = 0; j < cols; ++j) wf[p * cols + j] = float_of_bf16(w[p * n + j0 + j]);
         }
       });
       sgemm('N', 'N', m, cols, k, 1.0f, xf, k, wf, cols, 0.0f, yf, cols);
@@ -190,8 +177,8 @@ void linear_bf16_tiles(const std::uint16_t* x, std::int64_t m, std::int64_t k, c
         for (std::int64_t j = 0; j < cols; ++j) {
           std::uint16_t& out = y[r * n + j0 + j];
           float v = yf[r * cols + j];
-          if (bias != nullptr) v += float_of(bias[j0 + j]);
-          if (beta != 0.0f) v += float_of(out);
+          if (bias != nullptr) v += float_of_bf16(bias[j0 + j]);
+          if (beta != 0.0f) v += float_of_bf16(out);
           out = bf16_of(v);
         }
       }

@@ -4,10 +4,12 @@
 
 #include <cmath>
 
+#include "ops/bfloat16.hpp"
+
 namespace evalrun::ops {
 
 void rms_norm_rows(const float* x, const float* w, float* out, std::int64_t rows, std::int64_t n, float eps,
-                   float weight_offset) {
+                   float weight_offset, bool bf16) {
   at::parallel_for(0, rows, 16, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       const float* xr = x + r * n;
@@ -16,13 +18,19 @@ void rms_norm_rows(const float* x, const float* w, float* out, std::int64_t rows
       for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i]) * xr[i];
       const float variance = static_cast<float>(sum / static_cast<double>(n));
       const float inv = 1.0f / std::sqrt(variance + eps);
-      for (std::int64_t i = 0; i < n; ++i) o[i] = (w[i] + weight_offset) * (xr[i] * inv);
+      if (!bf16) {
+        for (std::int64_t i = 0; i < n; ++i) o[i] = (w[i] + weight_offset) * (xr[i] * inv);
+      } else if (weight_offset == 0.0f) {
+        for (std::int64_t i = 0; i < n; ++i) o[i] = round_to_bf16(w[i] * round_to_bf16(xr[i] * inv));
+      } else {
+        for (std::int64_t i = 0; i < n; ++i) o[i] = round_to_bf16((w[i] + weight_offset) * (xr[i] * inv));
+      }
     }
   });
 }
 
 void layer_norm_rows(const float* x, const float* w, const float* b, float* out, std::int64_t rows, std::int64_t n,
-                     float eps) {
+                     float eps, bool bf16) {
   at::parallel_for(0, rows, 16, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       const float* xr = x + r * n;
@@ -35,6 +43,7 @@ void layer_norm_rows(const float* x, const float* w, const float* b, float* out,
       const float inv = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(n) + eps));
       const float mu = static_cast<float>(mean);
       for (std::int64_t i = 0; i < n; ++i) o[i] = (xr[i] - mu) * inv * w[i] + b[i];
+      if (bf16) round_to_bf16(o, n);
     }
   });
 }

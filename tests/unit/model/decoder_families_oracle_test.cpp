@@ -253,11 +253,13 @@ TEST(FamiliesOracle, TorchPathMatchesHuggingFace) {
   }
 }
 
-// bfloat16 (torch path): tokens may differ from float32's on near-ties, so only the size of the
-// difference is checked: within 10% of the largest reference logit (measured: 0.41 of 7.35 for
-// Mistral, 0.86 of 19.4 for Qwen2, 0.34 of 5.19 for Gemma, 0.57 of 10.7 for StarCoder2, 0.40 of 17.8
-// for GPTBigCode, 0.34 of 18.5 for GPT-2), far below what the feature each exercises changes (9.5 /
-// 17.3 / 3.5 or 5.6 / 14.1 / 21.5 / 22.7).
+// bfloat16 (the raw-buffer path; the torch path gives the same bits): tokens may differ from
+// float32's on near-ties, so only the size of the difference is checked: within 15% of the largest
+// reference logit (measured: 0.38 of 7.35 for Mistral, 0.86 of 19.4 for Qwen2, 0.56 of 5.19 for
+// Gemma, 0.60 of 10.7 for StarCoder2, 0.41 of 17.8 for GPTBigCode, 0.36 of 18.5 for GPT-2), far below
+// what the feature each exercises changes (9.5 / 17.3 / 3.5 or 5.6 / 14.1 / 21.5 / 22.7). Gemma's
+// was 0.34 while its tanh GELU rounded each step of the formula to bfloat16 (libtorch 1.13's CPU
+// kernel) rather than once, as torch 2.x does and as it is computed now.
 TEST(FamiliesOracle, Bfloat16StaysCloseToTheReference) {
   EVALRUN_REQUIRE_SHARED_DATA(data);
   for (const std::string fixture : {"mistral", "qwen2", "gemma", "starcoder2", "gpt-bigcode", "gpt2"}) {
@@ -272,7 +274,7 @@ TEST(FamiliesOracle, Bfloat16StaysCloseToTheReference) {
       for (float v : s.prompt_logits) largest = std::max(largest, std::fabs(v));
     }
     std::printf("%s bf16 max |prompt logit diff| %.3g (largest |logit| %.3g)\n", fixture.c_str(), d, largest);
-    EXPECT_LT(d, 0.1f * largest);
+    EXPECT_LT(d, 0.15f * largest);
   }
 }
 
