@@ -252,10 +252,32 @@ struct RobertaModel::Impl : model::Weights {
     return at::layer_norm(x.to(torch::kFloat32), {cfg.hidden_size}, w, b, cfg.layer_norm_eps).to(x.scalar_type());
   }
 
-  Tensor activation_(Tensor& x) const {
-    if (cfg.hidden_act == "gelu") return at::gelu_(x, "none");
-    if (cfg.hidden_act == "relu") return at::relu_(x);
-    return at::gelu_(x, "tanh");  // gelu_new, gelu_pytorch_tanh
+  // hidden_act in place. A bfloat16 / float16 x is computed in float32 and rounded once, as torch
+  // 2.x's kernels compute it (libtorch 1.13's CPU GELU rounds each step of its formula).
+  void activation_(Tensor& x) const {
+    in_float32_(x, [&](Tensor& f) {
+      if (cfg.hidden_act == "gelu") {
+        at::gelu_(f, "none");
+      } else if (cfg.hidden_act == "relu") {
+        at::relu_(f);
+      } else {
+        at::gelu_(f, "tanh");  // gelu_new, gelu_pytorch_tanh
+      }
+    });
+  }
+  // The exact GELU in place, the same way (RobertaLMHead's, whatever hidden_act says).
+  static void gelu_(Tensor& x) {
+    in_float32_(x, [](Tensor& f) { at::gelu_(f, "none"); });
+  }
+  template <class Fn>
+  static void in_float32_(Tensor& x, const Fn& fn) {
+    if (x.scalar_type() == torch::kFloat32) {
+      fn(x);
+      return;
+    }
+    Tensor f = x.to(torch::kFloat32);
+    fn(f);
+    x.copy_(f);
   }
 
   // Scaled dot-product attention over the fused QKV buffer [B*L, 3H] into ctx [B*L, H].
@@ -595,7 +617,7 @@ void RobertaModel::masked_lm(const std::int64_t* ids, const std::int64_t* mask, 
   if (m.cfg.family->mlm_head_hidden_act) {
     m.activation_(x);
   } else {
-    at::gelu_(x, "none");
+    m.gelu_(x);
   }
   x = m.layer_norm(x, m.lm_ln_w, m.lm_ln_b);
   logits = model::host_floats(m.linear_nt(x, m.decoder_w, m.decoder_b));
