@@ -13,8 +13,9 @@
 //    sgemm calls straight on the fused QKV buffer and the cache, no permute copies) on float32
 //    buffers. Work buffers live in Workspaces that grow to the largest batch seen and are reused, so
 //    decode steps do not allocate big blocks (and do not page-fault; see model::tune_malloc_once).
-//    A bfloat16 model (Impl::bf16) keeps bfloat16 values in those float32 buffers (and its KV cache)
-//    and rounds them where the torch path below stores a bfloat16 tensor (ops/bfloat16.hpp), its
+//    A bfloat16 model (Impl::bf16) keeps bfloat16 values in those float32 buffers (its KV cache is
+//    bfloat16, as the torch path's) and rounds them where the torch path below stores a bfloat16
+//    tensor (ops/bfloat16.hpp), its
 //    products on bfloat16 weights (model::linear_bf16_floats): the torch path's numbers to float
 //    rounding inside an operation, without its per-operation cost, which was most of a bfloat16
 //    decode step of a small model. Mixtral in bfloat16 stays on the torch path.
@@ -401,10 +402,19 @@ struct LlamaModel::Impl : model::Weights {
     // HF divides by sqrt(head_dim) (Granite multiplies by its attention_multiplier).
     if (cfg.attention_multiplier == 0.0) a.score_divisor = static_cast<float>(std::sqrt(static_cast<double>(d)));
     const ops::HeadRows q{qkv, seq * W, d, W};
+    if (bf16) {  // the cache holds bfloat16, as the torch path's
+      const ops::HeadRowsBf16 k{cache_bits(cache.k[layer]), kv_heads * cap * d, cap * d, d};
+      const ops::HeadRowsBf16 v{cache_bits(cache.v[layer]), kv_heads * cap * d, cap * d, d};
+      ops::attention_bf16_cache(a, q, k, v, key_mask, ctx, seq * qw, qw);
+      return;
+    }
     const ops::HeadRows k{cache.k[layer].data_ptr<float>(), kv_heads * cap * d, cap * d, d};
     const ops::HeadRows v{cache.v[layer].data_ptr<float>(), kv_heads * cap * d, cap * d, d};
     ops::attention_f32(a, q, k, v, key_mask, ctx, seq * qw, qw);
   }
+
+  // A bfloat16 cache tensor's values as raw 16-bit patterns.
+  static std::uint16_t* cache_bits(const Tensor& t) { return reinterpret_cast<std::uint16_t*>(t.data_ptr()); }
 
   // Runs the layers; returns the residual stream [M, H] after the last layer.
   Tensor layers_fast(const std::int64_t* ids, const std::int64_t* positions, const std::int64_t* key_mask,
@@ -462,8 +472,8 @@ struct LlamaModel::Impl : model::Weights {
       norm_rows(x, L.attn_norm, L.attn_norm_b, a, M);
       linear(*L.qkv, a, M, H, qkv, W);
       // Rotate q and k, and store k and v in the cache.
-      float* kc = cache.k[l].data_ptr<float>();
-      float* vc = cache.v[l].data_ptr<float>();
+      void* kc = cache.k[l].data_ptr();
+      void* vc = cache.v[l].data_ptr();
       at::parallel_for(0, M, 16, [&](std::int64_t m0, std::int64_t m1) {
         for (std::int64_t m = m0; m < m1; ++m) {
           float* row = qkv + m * W;
@@ -480,8 +490,17 @@ struct LlamaModel::Impl : model::Weights {
           }
           const std::int64_t b = m / seq, pos = len0 + m % seq;
           for (std::int64_t j = 0; j < nkv; ++j) {
-            std::memcpy(kc + ((b * nkv + j) * cap + pos) * d, row + qw + j * d, sizeof(float) * d);
-            std::memcpy(vc + ((b * nkv + j) * cap + pos) * d, row + qw + kvw + j * d, sizeof(float) * d);
+            const std::int64_t at = ((b * nkv + j) * cap + pos) * d;
+            const float *key = row + qw + j * d, *value = row + qw + kvw + j * d;
+            if (bf16) {  // bfloat16 values: exact
+              for (std::int64_t i = 0; i < d; ++i) {
+                static_cast<std::uint16_t*>(kc)[at + i] = ops::bf16_of(key[i]);
+                static_cast<std::uint16_t*>(vc)[at + i] = ops::bf16_of(value[i]);
+              }
+            } else {
+              std::memcpy(static_cast<float*>(kc) + at, key, sizeof(float) * d);
+              std::memcpy(static_cast<float*>(vc) + at, value, sizeof(float) * d);
+            }
           }
         }
       });
@@ -715,10 +734,8 @@ struct LlamaModel::Impl : model::Weights {
     auto cache = std::make_unique<LlamaCache>(batch, capacity);
     // Zero-filled: the pages are touched now rather than during decode steps.
     for (std::int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
-      // The raw-buffer path's cache is float32 (a bfloat16 model's holds bfloat16 values).
-      const at::TensorOptions options = on_device(fast ? at::kFloat : st);
-      cache->k.push_back(torch::zeros({batch, kv_heads, capacity, cfg.head_dim}, options));
-      cache->v.push_back(torch::zeros({batch, kv_heads, capacity, cfg.head_dim}, options));
+      cache->k.push_back(torch::zeros({batch, kv_heads, capacity, cfg.head_dim}, on_device()));
+      cache->v.push_back(torch::zeros({batch, kv_heads, capacity, cfg.head_dim}, on_device()));
     }
     return cache;
   }

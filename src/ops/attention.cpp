@@ -11,9 +11,30 @@
 
 namespace evalrun::ops {
 
-void attention_f32(const AttentionShape& a, const HeadRows& q, const HeadRows& k, const HeadRows& v,
-                   const std::int64_t* key_mask, float* out, std::int64_t out_batch_stride,
-                   std::int64_t out_row_stride) {
+namespace {
+
+// Rows [0, T) of (batch row b, kv head j) as float32 and their row stride: in place for float32
+// storage, widened into `buffer` (T x d) for bfloat16.
+struct FloatRows {
+  const float* at;
+  std::int64_t stride;
+};
+FloatRows rows_of(const HeadRows& t, std::int64_t b, std::int64_t j, std::int64_t, std::int64_t, std::vector<float>&) {
+  return {t.at(b, j), t.row_stride};
+}
+FloatRows rows_of(const HeadRowsBf16& t, std::int64_t b, std::int64_t j, std::int64_t T, std::int64_t d,
+                  std::vector<float>& buffer) {
+  if (buffer.size() < static_cast<std::size_t>(T * d)) buffer.resize(static_cast<std::size_t>(T * d));
+  const std::uint16_t* src = t.at(b, j);
+  for (std::int64_t r = 0; r < T; ++r) {
+    for (std::int64_t i = 0; i < d; ++i) buffer[r * d + i] = float_of_bf16(src[r * t.row_stride + i]);
+  }
+  return {buffer.data(), d};
+}
+
+template <class KeyValueRows>
+void attention(const AttentionShape& a, const HeadRows& q, const KeyValueRows& k, const KeyValueRows& v,
+               const std::int64_t* key_mask, float* out, std::int64_t out_batch_stride, std::int64_t out_row_stride) {
   const std::int64_t nh = a.heads, nkv = a.kv_heads, d = a.head_dim, groups = nh / nkv, T = a.keys;
   // One decode step of a grouped-query model: the `groups` query heads of a kv head are adjacent in
   // the row (head stride d), so each (row, kv head) is one [groups, d] x [d, T] product.
@@ -25,8 +46,9 @@ void attention_f32(const AttentionShape& a, const HeadRows& q, const HeadRows& k
   // thread, where a parallel region would cost more than they do.
   const std::int64_t grain = std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(1, 2 * rows * T * d));
   at::parallel_for(0, tasks, grain, [&](std::int64_t t0, std::int64_t t1) {
-    // Per-thread scores, reused across calls (grows, never shrinks: no allocation per decode step).
-    thread_local std::vector<float> scratch;
+    // Per-thread scores (and widened keys / values), reused across calls (they grow, never shrink:
+    // no allocation per decode step).
+    thread_local std::vector<float> scratch, keys, values;
     if (scratch.size() < static_cast<std::size_t>(rows * T)) scratch.resize(static_cast<std::size_t>(rows * T));
     float* s = scratch.data();
     for (std::int64_t task = t0; task < t1; ++task) {
@@ -37,7 +59,8 @@ void attention_f32(const AttentionShape& a, const HeadRows& q, const HeadRows& k
         b = task / nh, h = task % nh, j = h / groups;
       }
       const std::int64_t* km = key_mask + b * T;
-      sgemm('N', 'T', rows, T, d, a.bf16 ? 1.0f : a.scale, q.at(b, h), ldq, k.at(b, j), k.row_stride, 0.0f, s, T);
+      const FloatRows kr = rows_of(k, b, j, T, d, keys);
+      sgemm('N', 'T', rows, T, d, a.bf16 ? 1.0f : a.scale, q.at(b, h), ldq, kr.at, kr.stride, 0.0f, s, T);
       if (a.bf16) {
         for (std::int64_t i = 0; i < rows * T; ++i) {
           const float dot = round_to_bf16(s[i]);
@@ -50,13 +73,28 @@ void attention_f32(const AttentionShape& a, const HeadRows& q, const HeadRows& k
         causal_masked_softmax_row(s + r * T, T, km, first, last);
         if (a.bf16) round_to_bf16(s + r * T, T);
       }
+      const FloatRows vr = rows_of(v, b, j, T, d, values);
       float* o = out + b * out_batch_stride + h * d;
-      sgemm('N', 'N', rows, d, T, 1.0f, s, T, v.at(b, j), v.row_stride, 0.0f, o, ldo);
+      sgemm('N', 'N', rows, d, T, 1.0f, s, T, vr.at, vr.stride, 0.0f, o, ldo);
       if (a.bf16) {
         for (std::int64_t r = 0; r < rows; ++r) round_to_bf16(o + r * ldo, d);
       }
     }
   });
+}
+
+}  // namespace
+
+void attention_f32(const AttentionShape& shape, const HeadRows& q, const HeadRows& k, const HeadRows& v,
+                   const std::int64_t* key_mask, float* out, std::int64_t out_batch_stride,
+                   std::int64_t out_row_stride) {
+  attention(shape, q, k, v, key_mask, out, out_batch_stride, out_row_stride);
+}
+
+void attention_bf16_cache(const AttentionShape& shape, const HeadRows& q, const HeadRowsBf16& k, const HeadRowsBf16& v,
+                          const std::int64_t* key_mask, float* out, std::int64_t out_batch_stride,
+                          std::int64_t out_row_stride) {
+  attention(shape, q, k, v, key_mask, out, out_batch_stride, out_row_stride);
 }
 
 }  // namespace evalrun::ops

@@ -16,6 +16,14 @@ struct HeadRows {
   const float* at(std::int64_t b, std::int64_t h) const { return base + b * batch_stride + h * head_stride; }
 };
 
+// The same for keys and values stored as bfloat16 values (raw 16-bit patterns): a bfloat16 model's
+// KV cache on the raw-buffer path.
+struct HeadRowsBf16 {
+  const std::uint16_t* base = nullptr;
+  std::int64_t batch_stride = 0, head_stride = 0, row_stride = 0;
+  const std::uint16_t* at(std::int64_t b, std::int64_t h) const { return base + b * batch_stride + h * head_stride; }
+};
+
 struct AttentionShape {
   std::int64_t batch = 0;
   std::int64_t queries = 0;      // query rows per batch row
@@ -45,5 +53,11 @@ struct AttentionShape {
 void attention_f32(const AttentionShape& shape, const HeadRows& q, const HeadRows& k, const HeadRows& v,
                    const std::int64_t* key_mask, float* out, std::int64_t out_batch_stride,
                    std::int64_t out_row_stride);
+
+// The same over bfloat16 keys and values (shape.bf16 set: their values are what a bfloat16 model's
+// cache holds), each task's rows widened to float32 (exact) before its products.
+void attention_bf16_cache(const AttentionShape& shape, const HeadRows& q, const HeadRowsBf16& k, const HeadRowsBf16& v,
+                          const std::int64_t* key_mask, float* out, std::int64_t out_batch_stride,
+                          std::int64_t out_row_stride);
 
 }  // namespace evalrun::ops
