@@ -15,10 +15,10 @@
 //    decode steps do not allocate big blocks (and do not page-fault; see model::tune_malloc_once).
 //    A bfloat16 model (Impl::bf16) keeps bfloat16 values in those float32 buffers (its KV cache is
 //    bfloat16, as the torch path's) and rounds them where the torch path below stores a bfloat16
-//    tensor (ops/bfloat16.hpp), its
-//    products on bfloat16 weights (model::linear_bf16_floats): the torch path's numbers to float
-//    rounding inside an operation, without its per-operation cost, which was most of a bfloat16
-//    decode step of a small model. Mixtral in bfloat16 stays on the torch path.
+//    tensor (ops/bfloat16.hpp), its products on bfloat16 weights (model::linear_bf16_floats): the
+//    torch path's numbers to float rounding inside an operation, without its per-operation cost,
+//    which was most of a bfloat16 decode step of a small model. Mixtral in bfloat16 stays on the
+//    torch path.
 //  * torch ops (float32 without oneDNN, bfloat16 Mixtral, and every run off the host: float32,
 //    bfloat16 or float16 on a GPU), written like transformers' eager code so that bfloat16 rounds
 //    where HF's model.to(torch.bfloat16) rounds: products, residual adds and the SiLU gate in
@@ -490,16 +490,16 @@ struct LlamaModel::Impl : model::Weights {
           }
           const std::int64_t b = m / seq, pos = len0 + m % seq;
           for (std::int64_t j = 0; j < nkv; ++j) {
-            const std::int64_t at = ((b * nkv + j) * cap + pos) * d;
+            const std::int64_t slot = ((b * nkv + j) * cap + pos) * d;
             const float *key = row + qw + j * d, *value = row + qw + kvw + j * d;
             if (bf16) {  // bfloat16 values: exact
               for (std::int64_t i = 0; i < d; ++i) {
-                static_cast<std::uint16_t*>(kc)[at + i] = ops::bf16_of(key[i]);
-                static_cast<std::uint16_t*>(vc)[at + i] = ops::bf16_of(value[i]);
+                static_cast<std::uint16_t*>(kc)[slot + i] = ops::bf16_of(key[i]);
+                static_cast<std::uint16_t*>(vc)[slot + i] = ops::bf16_of(value[i]);
               }
             } else {
-              std::memcpy(static_cast<float*>(kc) + at, key, sizeof(float) * d);
-              std::memcpy(static_cast<float*>(vc) + at, value, sizeof(float) * d);
+              std::memcpy(static_cast<float*>(kc) + slot, key, sizeof(float) * d);
+              std::memcpy(static_cast<float*>(vc) + slot, value, sizeof(float) * d);
             }
           }
         }
