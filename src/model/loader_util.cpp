@@ -106,7 +106,7 @@ void linear_bf16_floats(const float* x, std::int64_t m, std::int64_t ldx, const 
 }
 
 torch::Tensor matmul(const torch::Tensor& a, const torch::Tensor& b) {
-  if (a.scalar_type() != torch::kBFloat16 || !a.device().is_cpu() || ops::have_native_bf16_gemm()) {
+  if (a.scalar_type() != torch::kBFloat16 || !a.device().is_cpu()) {
     return at::matmul(a, b);
   }
   return at::matmul(a.to(torch::kFloat32), b.to(torch::kFloat32)).to(torch::kBFloat16);

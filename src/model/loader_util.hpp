@@ -81,9 +81,11 @@ bool linear_bf16(torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& 
 void linear_bf16_floats(const float* x, std::int64_t m, std::int64_t ldx, const torch::Tensor& w,
                         const torch::Tensor& bias, float* y, std::int64_t ldy);
 
-// at::matmul, except that bfloat16 operands are multiplied in float32 and the product rounded once to
-// bfloat16 on CPUs without AVX512-BF16, where libtorch's bfloat16 matmul is a scalar loop (the same
-// arithmetic as torch's: float32 accumulation, one rounding). For the attention products.
+// at::matmul, except that bfloat16 operands on the host are multiplied in float32 and the product
+// rounded once to bfloat16: torch 2.x's arithmetic (float32 accumulation, one rounding). libtorch
+// 1.13's bfloat16 matmul is a scalar loop on CPUs without AVX512-BF16 and, on CPUs with it, does not
+// round like that (the Bf16Path test: 29-59% of a decoder's logits bit-identical to the float32-once
+// products). For the attention products of the torch path.
 torch::Tensor matmul(const torch::Tensor& a, const torch::Tensor& b);
 
 // How the linear layers of a checkpoint are read.
