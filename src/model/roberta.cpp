@@ -7,8 +7,9 @@
 // pre-transposed and contiguous ([in, out]) so a product is one row-major GEMM; the query, key and
 // value projections are fused into one [hidden, 3 * hidden] weight. Float32 attention runs per
 // (sequence, head) straight on the fused QKV buffer with strided sgemm calls (ops/attention.hpp, no
-// permute copies); the torch path (bfloat16, and every run off the host, whose tensors sit on the
-// model's device: Weights::device) uses batched torch matmuls.
+// permute copies); so does bfloat16 on the host, on a float32 copy of the buffer, rounding as HF's
+// bfloat16 attention. The torch path (every run off the host, whose tensors sit on the model's
+// device: Weights::device) uses batched torch matmuls.
 //
 // Tensor parallelism (a Communicator of T ranks passed to load): rank r holds attention heads
 // [r nh/T, (r+1) nh/T) of query, key and value (column-parallel) and intermediate columns
@@ -37,7 +38,9 @@
 #include "dist/communicator.hpp"
 #include "io/safetensors.hpp"
 #include "ops/attention.hpp"
+#include "ops/bf16_rows.hpp"
 #include "ops/gemm.hpp"
+#include "ops/norms.hpp"
 #include "quant/dense.hpp"
 #include "model/weights.hpp"
 #include "model/loader_util.hpp"
@@ -62,12 +65,22 @@ struct Layer {
   Tensor out_ln_w, out_ln_b;
 };
 
-// y = beta * y + x @ W^T + b with a float layer on the torch path.
+// y = beta * y + x @ W^T + b with a float layer on the torch path. A bfloat16 product on the host
+// without accumulation is rounded once, after the bias, as F.linear's addmm rounds it.
 void torch_linear(Tensor& y, const Tensor& x, const quant::LinearPtr& layer, float beta) {
   const auto& dense = quant::as_dense(*layer);
+  if (beta == 0.0f && x.scalar_type() == torch::kBFloat16 && x.device().is_cpu()) {
+    if (!model::linear_bf16(y, x, dense.weight(), ops::Bf16Layout::in_out, dense.bias(), 0.0f)) {
+      at::addmm_out(y, dense.bias(), x, dense.weight());
+    }
+    return;
+  }
   model::matmul_into(y, x, dense.weight(), beta);
   y.add_(dense.bias());
 }
+
+// A bfloat16 tensor's data as raw 16-bit patterns (the ops on bfloat16 rows take them).
+std::uint16_t* bf16_bits(const Tensor& t) { return reinterpret_cast<std::uint16_t*>(t.data_ptr()); }
 
 // Reads tensors out of a checkpoint, checking shapes and remembering which names were used.
 class WeightReader {
@@ -149,6 +162,7 @@ struct RobertaModel::Impl : model::Weights {
   Tensor decoder_w, decoder_b;                       // [V, H] (tied: the word embeddings), [V]
 
   Buffer buf_qkv, buf_ctx, buf_inter, buf_scores, buf_part;
+  Buffer buf_act32, buf_qkv32, buf_ctx32;  // float32 copies of bfloat16 activations (host)
 
   // This rank's attention heads and intermediate columns (all of them without tensor parallelism).
   std::int64_t heads = 0, inter = 0;
@@ -174,7 +188,18 @@ struct RobertaModel::Impl : model::Weights {
     }
     y.add_(summed(part));
   }
+  // x @ W^T + b of a row-parallel layer (the bias on rank 0 only), summed over the group, into a
+  // workspace buffer: the bfloat16 encoder's residual sum is rounded after the product, as HF's.
+  Tensor row_parallel_product(const quant::LinearPtr& layer, const Tensor& x) {
+    Tensor part = buf_part.get({x.size(0), layer->out_features()}, on_device());
+    torch_linear(part, x, layer, 0.0f);
+    return split() ? summed(part) : part;
+  }
   bool scale_folded = false;  // torch attention path: 1/sqrt(head_dim) is in the query weights
+
+  // A bfloat16 model on the host: its LayerNorms (with the residual sum before them) run on the raw
+  // 16-bit rows, ops::layer_norm_rows_bf16, without float32 copies of the activations.
+  bool bf16_on_host() const { return st == torch::kBFloat16 && device.is_cpu(); }
 
   std::string encoder_prefix;  // the family's prefix ("roberta.") when the checkpoint's encoder names carry it
   bool fast_fp32() const { return use_sgemm; }
@@ -249,13 +274,25 @@ struct RobertaModel::Impl : model::Weights {
   // internally anyway, but its CPU kernel is ~15x slower than converting around the float32 one.
   Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b) const {
     if (x.scalar_type() == torch::kFloat32) return at::layer_norm(x, {cfg.hidden_size}, w, b, cfg.layer_norm_eps);
+    if (bf16_on_host()) return add_layer_norm(x, Tensor(), w, b);
     return at::layer_norm(x.to(torch::kFloat32), {cfg.hidden_size}, w, b, cfg.layer_norm_eps).to(x.scalar_type());
   }
 
+  // LayerNorm(round(y + residual)) of bfloat16 rows on the host (residual undefined: y alone).
+  Tensor add_layer_norm(const Tensor& y, const Tensor& residual, const Tensor& w, const Tensor& b) const {
+    Tensor out = torch::empty_like(y);
+    ops::layer_norm_rows_bf16(bf16_bits(y), residual.defined() ? bf16_bits(residual) : nullptr,
+                              w.data_ptr<float>(), b.data_ptr<float>(), bf16_bits(out), y.size(0), cfg.hidden_size,
+                              static_cast<float>(cfg.layer_norm_eps));
+    return out;
+  }
+
   // hidden_act in place. A bfloat16 / float16 x is computed in float32 and rounded once, as torch
-  // 2.x's kernels compute it (libtorch 1.13's CPU GELU rounds each step of its formula).
-  void activation_(Tensor& x) const {
-    in_float32_(x, [&](Tensor& f) {
+  // 2.x's kernels compute it (libtorch 1.13's CPU GELU rounds each step of its formula), in a
+  // workspace: a fresh float32 copy of the FFN activations (38 MB at batch 8 x 384) is above glibc's
+  // mmap threshold and would be page-faulted in again for every layer.
+  void activation_(Tensor& x) {
+    in_float32_(x, &buf_act32, [&](Tensor& f) {
       if (cfg.hidden_act == "gelu") {
         at::gelu_(f, "none");
       } else if (cfg.hidden_act == "relu") {
@@ -267,15 +304,18 @@ struct RobertaModel::Impl : model::Weights {
   }
   // The exact GELU in place, the same way (RobertaLMHead's, whatever hidden_act says).
   static void gelu_(Tensor& x) {
-    in_float32_(x, [](Tensor& f) { at::gelu_(f, "none"); });
+    in_float32_(x, nullptr, [](Tensor& f) { at::gelu_(f, "none"); });
   }
+  // fn on x in float32: x itself, or a float32 copy (in `workspace` when given) copied back.
   template <class Fn>
-  static void in_float32_(Tensor& x, const Fn& fn) {
+  static void in_float32_(Tensor& x, Buffer* workspace, const Fn& fn) {
     if (x.scalar_type() == torch::kFloat32) {
       fn(x);
       return;
     }
-    Tensor f = x.to(torch::kFloat32);
+    Tensor f = workspace != nullptr ? workspace->get(x.sizes().vec(), x.options().dtype(torch::kFloat32))
+                                    : torch::empty_like(x, x.options().dtype(torch::kFloat32));
+    f.copy_(x);
     fn(f);
     x.copy_(f);
   }
@@ -287,20 +327,36 @@ struct RobertaModel::Impl : model::Weights {
   void attention(const Tensor& qkv, const std::int64_t* mask, const Tensor& mask_add, std::int64_t batch,
                  std::int64_t seq, Tensor& ctx) {
     const std::int64_t H = attn_width(), nh = heads, d = cfg.head_dim();
-    if (fast_fp32()) {
+    if (fast_fp32() || bf16_on_host()) {
       ops::AttentionShape a;
       a.batch = batch;
       a.queries = a.keys = seq;
       a.heads = a.kv_heads = nh;
       a.head_dim = d;
       a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-      const float* base = qkv.data_ptr<float>();
+      // bfloat16 (host): the float32 op on the values widened (exact), rounding where HF's bfloat16
+      // attention stores a tensor: q . k, its `/ sqrt(head_dim)` (nothing left to do when the scale
+      // is folded into the query weights: a power of two commutes with the rounding), the
+      // probabilities and the context. Its products accumulate in float32 and round once, as torch
+      // 2.x's bfloat16 matmul does (libtorch 1.13's at::matmul on bfloat16 does not, on CPUs with
+      // native bfloat16 products).
+      Tensor in = qkv, out = ctx;
+      if (bf16_on_host()) {
+        a.bf16 = true;
+        a.scale = 1.0f;
+        a.score_divisor = scale_folded ? 0.0f : static_cast<float>(std::sqrt(static_cast<double>(d)));
+        in = buf_qkv32.get(qkv.sizes().vec(), on_device(torch::kFloat32));
+        in.copy_(qkv);
+        out = buf_ctx32.get(ctx.sizes().vec(), on_device(torch::kFloat32));
+      }
+      const float* base = in.data_ptr<float>();
       const ops::HeadRows q{base, seq * 3 * H, d, 3 * H}, k{base + H, seq * 3 * H, d, 3 * H},
           v{base + 2 * H, seq * 3 * H, d, 3 * H};
-      ops::attention_f32(a, q, k, v, mask, ctx.data_ptr<float>(), seq * H, H);
+      ops::attention_f32(a, q, k, v, mask, out.data_ptr<float>(), seq * H, H);
+      if (bf16_on_host()) ctx.copy_(out);  // exact: the op's results are bfloat16 values
       return;
     }
-    // Torch path (bfloat16, float32 without oneDNN, any run off the host), one sequence at a time so the scores stay
+    // Torch path (float16, float32 without oneDNN, any run off the host), one sequence at a time so the scores stay
     // in cache. The products run in the compute dtype like HF; the scores are converted to float32
     // for the mask and softmax, which is what torch's bfloat16 softmax does inside anyway (its own
     // kernel is slower than the conversion), and the probabilities are rounded back for P @ V.
@@ -355,8 +411,13 @@ struct RobertaModel::Impl : model::Weights {
       Tensor ctx = buf_ctx.get({M, A}, on_device());
       attention(qkv, mask, mask_add, batch, seq, ctx);
       // h += ctx @ W_o + b_o (the residual is h itself: it is not needed afterwards)
-      row_parallel(L.attn_out, ctx, h);
-      Tensor a = layer_norm(h, L.attn_ln_w, L.attn_ln_b);
+      Tensor a;
+      if (bf16_on_host()) {
+        a = add_layer_norm(row_parallel_product(L.attn_out, ctx), h, L.attn_ln_w, L.attn_ln_b);
+      } else {
+        row_parallel(L.attn_out, ctx, h);
+        a = layer_norm(h, L.attn_ln_w, L.attn_ln_b);
+      }
       h = Tensor();
 
       const std::int64_t I = inter;
@@ -367,8 +428,12 @@ struct RobertaModel::Impl : model::Weights {
         torch_linear(act, a, L.inter, 0.0f);
       }
       activation_(act);
-      row_parallel(L.out, act, a);
-      h = layer_norm(a, L.out_ln_w, L.out_ln_b);
+      if (bf16_on_host()) {
+        h = add_layer_norm(row_parallel_product(L.out, act), a, L.out_ln_w, L.out_ln_b);
+      } else {
+        row_parallel(L.out, act, a);
+        h = layer_norm(a, L.out_ln_w, L.out_ln_b);
+      }
       keep(h);
     }
     return h;

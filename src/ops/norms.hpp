@@ -19,4 +19,11 @@ void rms_norm_rows(const float* x, const float* w, float* out, std::int64_t rows
 void layer_norm_rows(const float* x, const float* w, const float* b, float* out, std::int64_t rows, std::int64_t n,
                      float eps, bool bf16 = false);
 
+// A bfloat16 encoder's post-LayerNorm step on bfloat16 rows (raw 16-bit patterns): out[r] =
+// LayerNorm(round(x[r] + residual[r])) rounded to bfloat16, computed in float32 as above (torch rounds
+// the residual sum, a bfloat16 tensor, before its float32 LayerNorm). residual may be null (x alone).
+// In place is allowed (out == x or out == residual). Parallel over rows; no allocation.
+void layer_norm_rows_bf16(const std::uint16_t* x, const std::uint16_t* residual, const float* w, const float* b,
+                          std::uint16_t* out, std::int64_t rows, std::int64_t n, float eps);
+
 }  // namespace evalrun::ops
