@@ -10,18 +10,13 @@
 #include <vector>
 
 #include "ops/bf16_rows.hpp"
+#include "ops/bfloat16.hpp"
 #include "ops/isa.hpp"
 
 namespace {
 
 using evalrun::ops::linear_bf16_rows;
-
-float float_of(std::uint16_t h) {
-  const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
+constexpr auto float_of = evalrun::ops::float_of_bf16;
 
 std::uint16_t truncated(float x) {  // any bfloat16 value will do as input
   std::uint32_t bits;
