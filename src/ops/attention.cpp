@@ -3,8 +3,10 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <vector>
 
+#include "ops/bf16_rows.hpp"
 #include "ops/bfloat16.hpp"
 #include "ops/gemm.hpp"
 #include "ops/softmax.hpp"
@@ -32,6 +34,18 @@ FloatRows rows_of(const HeadRowsBf16& t, std::int64_t b, std::int64_t j, std::in
   return {buffer.data(), d};
 }
 
+// n rows of d floats at `src` (row stride ld) rounded to bfloat16 into `dst` ([n, d], contiguous).
+const std::uint16_t* bf16_rows(const float* src, std::int64_t n, std::int64_t d, std::int64_t ld,
+                               std::vector<std::uint16_t>& dst) {
+  if (dst.size() < static_cast<std::size_t>(n * d)) dst.resize(static_cast<std::size_t>(n * d));
+  if (ld == d) {
+    bf16_of_floats(src, n * d, dst.data());
+  } else {
+    for (std::int64_t r = 0; r < n; ++r) bf16_of_floats(src + r * ld, d, dst.data() + r * d);
+  }
+  return dst.data();
+}
+
 template <class KeyValueRows>
 void attention(const AttentionShape& a, const HeadRows& q, const KeyValueRows& k, const KeyValueRows& v,
                const std::int64_t* key_mask, float* out, std::int64_t out_batch_stride, std::int64_t out_row_stride) {
@@ -45,10 +59,14 @@ void attention(const AttentionShape& a, const HeadRows& q, const KeyValueRows& k
   // A task is at least ~32K multiply-adds (its two products): a tiny model's heads stay on one
   // thread, where a parallel region would cost more than they do.
   const std::int64_t grain = std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(1, 2 * rows * T * d));
+  if (a.bf16_products && !have_bf16_gemm()) {
+    throw std::logic_error("attention: bfloat16 products need a CPU with AVX512-BF16 (ops::have_bf16_gemm)");
+  }
   at::parallel_for(0, tasks, grain, [&](std::int64_t t0, std::int64_t t1) {
     // Per-thread scores (and widened keys / values), reused across calls (they grow, never shrink:
     // no allocation per decode step).
     thread_local std::vector<float> scratch, keys, values;
+    thread_local std::vector<std::uint16_t> q16, k16, v16, p16;  // bf16_products' operands
     if (scratch.size() < static_cast<std::size_t>(rows * T)) scratch.resize(static_cast<std::size_t>(rows * T));
     float* s = scratch.data();
     for (std::int64_t task = t0; task < t1; ++task) {
@@ -60,7 +78,13 @@ void attention(const AttentionShape& a, const HeadRows& q, const KeyValueRows& k
       }
       const std::int64_t* km = key_mask + b * T;
       const FloatRows kr = rows_of(k, b, j, T, d, keys);
-      sgemm('N', 'T', rows, T, d, a.bf16 ? 1.0f : a.scale, q.at(b, h), ldq, kr.at, kr.stride, 0.0f, s, T);
+      const float alpha = a.bf16 ? 1.0f : a.scale;
+      if (a.bf16_products) {
+        gemm_bf16('T', rows, T, d, alpha, bf16_rows(q.at(b, h), rows, d, ldq, q16), d,
+                  bf16_rows(kr.at, T, d, kr.stride, k16), d, s, T);
+      } else {
+        sgemm('N', 'T', rows, T, d, alpha, q.at(b, h), ldq, kr.at, kr.stride, 0.0f, s, T);
+      }
       if (a.bf16) {
         for (std::int64_t i = 0; i < rows * T; ++i) {
           const float dot = round_to_bf16(s[i]);
@@ -75,7 +99,12 @@ void attention(const AttentionShape& a, const HeadRows& q, const KeyValueRows& k
       }
       const FloatRows vr = rows_of(v, b, j, T, d, values);
       float* o = out + b * out_batch_stride + h * d;
-      sgemm('N', 'N', rows, d, T, 1.0f, s, T, vr.at, vr.stride, 0.0f, o, ldo);
+      if (a.bf16_products) {
+        gemm_bf16('N', rows, d, T, 1.0f, bf16_rows(s, rows, T, T, p16), T, bf16_rows(vr.at, T, d, vr.stride, v16), d,
+                  o, ldo);
+      } else {
+        sgemm('N', 'N', rows, d, T, 1.0f, s, T, vr.at, vr.stride, 0.0f, o, ldo);
+      }
       if (a.bf16) {
         for (std::int64_t r = 0; r < rows; ++r) round_to_bf16(o + r * ldo, d);
       }

@@ -1,4 +1,5 @@
-// Scaled dot-product attention on raw float32 buffers, one strided sgemm pair per (batch row, head):
+// Scaled dot-product attention on raw float32 buffers, one strided sgemm pair (or, with
+// bf16_products, one bfloat16 matmul pair) per (batch row, head):
 // the float32 fast path of every model (encoders: bidirectional over the batch's own keys; decoders:
 // causal over a key/value cache). Reads queries, keys and values where they lie (a fused q|k|v buffer,
 // a cache) through strides: no permute copies.
@@ -43,6 +44,11 @@ struct AttentionShape {
   // probabilities rounded before the second product; its result rounded.
   bool bf16 = false;
   float score_divisor = 0.0f;
+  // Both products on bfloat16 operands (ops::gemm_bf16: float32 accumulation, float32 results; needs
+  // have_bf16_gemm()): q, k, v and the probabilities are rounded to bfloat16 before their product. With
+  // bf16 set they already hold bfloat16 values, so the results equal the float32 products' up to the
+  // order of the sums; for a float32 model it is a mixed-precision choice (quantization.attention).
+  bool bf16_products = false;
 };
 
 // out (row t of (b, h) at out + b * out_batch_stride + h * head_dim + t * out_row_stride) =

@@ -28,6 +28,9 @@ bool have_native_bf16_gemm();
 void linear_bf16_rows(const std::uint16_t* x, std::int64_t m, std::int64_t k, const std::uint16_t* w,
                       const std::uint16_t* bias, std::int64_t n, std::uint16_t* y);
 
+// y[i] = bf16_of(x[i]) for i < n (ops/bfloat16.hpp's rounding, 16 values at a time with AVX-512).
+void bf16_of_floats(const float* x, std::int64_t n, std::uint16_t* y);
+
 // The weights' layout for linear_bf16_tiles: [n, k] (a checkpoint's [out, in], the decoders') or
 // [k, n] (pre-transposed [in, out], the encoders').
 enum class Bf16Layout { out_in, in_out };

@@ -1,5 +1,6 @@
 #include "ops/gemm.hpp"
 
+#include "ops/bf16_rows.hpp"
 #include "ops/f32_rows.hpp"
 #include "ops/int8_rows.hpp"
 
@@ -329,6 +330,52 @@ bool matmul_f32_wt(std::int64_t m, std::int64_t n, std::int64_t k, const float* 
   return true;
 }
 
+// bfloat16 products with float32 results (gemm_bf16): A [M, K] and B as the logical [K, N] matrix,
+// row-major [K, N] ('N') or the transpose of row-major [N, K] ('T'). Primitives cached by shape.
+struct Bf16Key {
+  std::int64_t m, n, k, lda, ldb, ldc;
+  char trans_b;
+  float alpha;
+  auto tie() const { return std::tie(m, n, k, lda, ldb, ldc, trans_b, alpha); }
+  bool operator<(const Bf16Key& o) const { return tie() < o.tie(); }
+};
+
+void matmul_bf16(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const std::uint16_t* a,
+                 std::int64_t lda, const std::uint16_t* b, std::int64_t ldb, float* c, std::int64_t ldc) {
+  static std::mutex mutex;
+  static std::map<Bf16Key, std::shared_ptr<Primitive>> cache;
+  const Bf16Key key{m, n, k, lda, ldb, ldc, trans_b, alpha};
+  const dnnl::memory::desc a_desc({m, k}, dt::bf16, {lda, 1}),
+      b_desc({k, n}, dt::bf16, trans_b == 'N' ? dnnl::memory::dims{ldb, 1} : dnnl::memory::dims{1, ldb}),
+      c_desc({m, n}, dt::f32, {ldc, 1});
+  std::shared_ptr<Primitive> prim;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = cache.find(key);
+    if (it != cache.end()) {
+      prim = it->second;
+    } else {
+      try {
+        dnnl::primitive_attr attr;
+        attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+        if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_desc, b_desc, c_desc), attr, matmul_engine().engine);
+        prim = std::make_shared<Primitive>(Primitive{dnnl::matmul(pd), pd.scratchpad_desc().get_size()});
+      } catch (const dnnl::error& err) {
+        throw std::runtime_error(std::string("oneDNN has no bfloat16 matmul for this shape: ") + err.what());
+      }
+      if (cache.size() >= 4096) cache.clear();
+      cache.emplace(key, prim);
+    }
+  }
+  const dnnl::engine& eng = matmul_engine().engine;
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, dnnl::memory(a_desc, eng, const_cast<std::uint16_t*>(a))},
+      {DNNL_ARG_WEIGHTS, dnnl::memory(b_desc, eng, const_cast<std::uint16_t*>(b))},
+      {DNNL_ARG_DST, dnnl::memory(c_desc, eng, c)}};
+  run_primitive(*prim, args, "bfloat16");
+}
+
 }  // namespace
 
 struct PackedS8Weights::Impl {
@@ -478,6 +525,22 @@ void linear_f32(const float* x, std::int64_t m, std::int64_t ldx, const float* w
   if (have_onednn_sgemm() && matmul_f32_wt(m, n, k, x, ldx, w, y, ldy, alpha, beta)) return;
 #endif
   sgemm('N', 'T', m, n, k, alpha, x, ldx, w, k, beta, y, ldy);
+}
+
+
+#ifdef EVALRUN_HAVE_ONEDNN_MATMUL
+bool have_bf16_gemm() { return have_native_bf16_gemm(); }
+#else
+bool have_bf16_gemm() { return false; }
+#endif
+
+void gemm_bf16(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const std::uint16_t* a,
+               std::int64_t lda, const std::uint16_t* b, std::int64_t ldb, float* c, std::int64_t ldc) {
+  if (!have_bf16_gemm()) throw std::logic_error("gemm_bf16: no native bfloat16 products on this CPU or build");
+  if (m <= 0 || n <= 0) return;
+#ifdef EVALRUN_HAVE_ONEDNN_MATMUL
+  matmul_bf16(trans_b, m, n, k, alpha, a, lda, b, ldb, c, ldc);
+#endif
 }
 
 }  // namespace evalrun::ops

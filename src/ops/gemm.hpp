@@ -29,6 +29,17 @@ void sgemm(char trans_a, char trans_b, std::int64_t m, std::int64_t n, std::int6
 void linear_f32(const float* x, std::int64_t m, std::int64_t ldx, const float* w, std::int64_t n, std::int64_t k,
                 float* y, std::int64_t ldy, float alpha, float beta);
 
+// True when gemm_bf16 runs: the build has oneDNN's matmul primitive and the CPU native bfloat16 dot
+// products (AVX512-BF16), where it multiplies at about twice the float32 rate.
+bool have_bf16_gemm();
+
+// Row-major float32 C[M,N] = alpha * A op(B) with A [M,K] and B bfloat16 (raw 16-bit patterns), op =
+// 'N' (B is [K,N]) or 'T' (B is [N,K]); float32 accumulation, no rounding of the result. On oneDNN's
+// matmul primitive (primitives cached by shape); inside an OpenMP parallel region it runs on the
+// calling thread only. Throws std::logic_error where have_bf16_gemm() is false.
+void gemm_bf16(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const std::uint16_t* a,
+               std::int64_t lda, const std::uint16_t* b, std::int64_t ldb, float* c, std::int64_t ldc);
+
 // True when the integer products below run on oneDNN; false: a plain C++ loop (correct, slow), used
 // when the build found no libdnnl. With oneDNN's headers (Debian's libdnnl-dev) they run on its
 // matmul primitive (AMX or VNNI kernels where the CPU has them), else on its dnnl_gemm_* functions
