@@ -3,6 +3,8 @@
 // calibrated on the benchmark's own input).
 //   roberta_forward_bench [threads=2] [batch=8] [seq=384] [reps=3] [checkpoint dir]
 //                         [variants=fp32,bf16,int8,int8-static]
+// (also int8-attn16, int8-static-attn16: the same with quantization.attention = "bf16", the attention
+// products on bfloat16 operands; AVX512-BF16 CPUs only)
 // Without a directory, the preset is written once to $TMPDIR/evalrun-bench-roberta-base (seed 0)
 // and reused. Measures first, in the same run, the GEMM ceiling of each precision (bench/ceiling.hpp:
 // the fastest primitive for one layer's four products at batch x seq rows), then prints per variant
@@ -10,10 +12,14 @@
 // the achieved GFLOP/s (GOP/s for INT8), total and of the linear layers alone, the linear-only rate's
 // share of the precision's ceiling, the minor page faults per forward after the warm-up (the buffers
 // should be reused: near 0), for INT8 the speed-up over fp32 and the integer GEMM implementation, and
-// (one more forward with every linear layer timed) the time in the linear layers against the rest.
+// (one more forward with every linear layer timed) the time in the linear layers against the rest,
+// and each variant's largest start / end logit difference from fp32's and how many of the rows' best
+// start and end positions (argmax) differ from fp32's.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -83,16 +89,17 @@ int main(int argc, char** argv) {
     std::unique_ptr<evalrun::RobertaModel> model;
     double best = 1e30, total = 0, linear_s = 0, timed_s = 0;
     long faults = 0;
+    std::vector<float> start, end;  // the warm-up forward's logits
   };
   std::vector<Run> runs;
-  for (const std::string variant : {"fp32", "bf16", "int8", "int8-static"}) {
+  for (const std::string variant : {"fp32", "bf16", "int8", "int8-static", "int8-attn16", "int8-static-attn16"}) {
     if (!wanted(variant)) continue;
     const auto dtype = variant == "bf16" ? evalrun::DType::bf16 : evalrun::DType::fp32;
     auto model = evalrun::RobertaModel::load({dir, dtype, "cpu"});
     if (variant.rfind("int8", 0) == 0) {
       // Direct quantization as a run does it; the static variant calibrates on the benchmark input.
       evalrun::quant::Int8Settings s;
-      if (variant == "int8-static") {
+      if (variant.rfind("int8-static", 0) == 0) {
         s.activations = evalrun::quant::Int8Activations::per_tensor_symm;
         s.smoothquant = true;
       }
@@ -106,9 +113,10 @@ int main(int argc, char** argv) {
         model->replace_linear(i, evalrun::quant::concat_outputs(std::move(sites[i].parts)));
       }
     }
+    if (variant.ends_with("-attn16")) model->use_bf16_attention_products();
     std::vector<float> start, end;
     model->question_answering(ids.data(), mask.data(), batch, seq, start, end);  // warm-up
-    runs.push_back({variant, std::move(model)});
+    runs.push_back({variant, std::move(model), 1e30, 0, 0, 0, 0, start, end});
   }
   // The variants take turns, so a change in the machine's load during the benchmark affects all alike
   // and the ratios are measured in one run.
@@ -163,6 +171,21 @@ int main(int argc, char** argv) {
     if (run.variant == "fp32") fp32_best = run.best;
     if (run.variant.rfind("int8", 0) == 0 && fp32_best > 0) {
       std::printf("; %.2fx fp32 (%s)", fp32_best / run.best, evalrun::ops::igemm_implementation().c_str());
+    }
+    if (run.variant != "fp32" && !runs.front().start.empty() && runs.front().variant == "fp32") {
+      const Run& ref = runs.front();
+      double worst = 0;
+      int moved = 0;
+      for (std::int64_t b = 0; b < batch; ++b) {
+        for (std::vector<float> Run::*pair : {&Run::start, &Run::end}) {
+          const float* got = (run.*pair).data() + b * seq;
+          const float* want = (ref.*pair).data() + b * seq;
+          for (std::int64_t t = 0; t < seq; ++t) worst = std::max(worst, static_cast<double>(std::abs(got[t] - want[t])));
+          moved += std::max_element(got, got + seq) - got != std::max_element(want, want + seq) - want;
+        }
+      }
+      std::printf("; logits vs fp32: max |diff| %.4f, best start/end moved in %d of %lld rows", worst, moved,
+                  static_cast<long long>(2 * batch));
     }
     if (run.timed_s > 0) {
       std::printf("; linear layers %.0f of %.0f ms (%.1f GFLOP/s)", run.linear_s * 1e3, run.timed_s * 1e3,

@@ -265,6 +265,9 @@ const std::vector<KeySpec>& key_specs() {
       {.section = "quantization", .key = "lm_head", .kind = Kind::enumeration, .choices = {"float", "int8"}, .per_task = true, .default_note = "\"float\"",
        .help = "decoders: the output projection as the checkpoint stores it (float), or quantized in memory to INT8 W8A8 (per-channel weights, per-token activations); for quantized runs, whose decode step a float lm_head dominates",
        .apply = [](RunSpec& r, const Scalar& v) { r.quantization.lm_head = v.choice == 0 ? "float" : "int8"; }},
+      {.section = "quantization", .key = "attention", .kind = Kind::enumeration, .choices = {"float", "bf16"}, .per_task = true, .default_note = "\"float\"",
+       .help = "encoders (qa, mlm) computing in float32 on the host: the attention's two products in float32, or on bfloat16 operands with float32 accumulation (needs AVX512-BF16; about twice the float32 rate; for INT8 runs, whose attention is then the larger part of a forward pass; effect on logits in docs/models.md)",
+       .apply = [](RunSpec& r, const Scalar& v) { r.quantization.attention = v.choice == 0 ? "float" : "bf16"; }},
       // [parallel]
       {.section = "parallel", .key = "tensor_parallel", .kind = Kind::integer, .min = 1, .max = kIntMax, .default_note = "1",
        .help = "ranks sharing one model replica; the world size must be a multiple of it",

@@ -95,6 +95,7 @@ struct QuantizationSection {
   std::string calibration_dataset;       // direct: "" = task.dataset
   int calibration_samples = 128;         // direct: examples run to calibrate (first N of the data set)
   std::string lm_head = "float";         // decoders: float (the checkpoint's) | int8 (W8A8 in memory)
+  std::string attention = "float";       // encoders: float | bf16 (the attention products on bfloat16 operands)
 };
 
 // Cross-implementation validation runs.

@@ -142,6 +142,13 @@ class EncoderModel : public Model {
 
   void calibration_pass(const std::int64_t* ids, const std::int64_t* type_ids, std::int64_t batch,
                         std::int64_t seq) override;
+
+  // quantization.attention = "bf16": the attention's two products (scores, context) on bfloat16
+  // operands with float32 accumulation, about twice the float32 rate on a CPU with AVX512-BF16; a
+  // mixed-precision choice for float32-compute runs (INT8 above all, whose attention is then the larger
+  // part of a forward pass). InputError naming the key where it cannot run (no AVX512-BF16, a model
+  // off the host). Returns its description for the result file.
+  virtual std::string use_bf16_attention_products() = 0;
 };
 
 // The key/value cache of one batch: `batch` rows, room for `capacity` positions per row. Made by

@@ -196,6 +196,7 @@ struct RobertaModel::Impl : model::Weights {
     return split() ? summed(part) : part;
   }
   bool scale_folded = false;  // torch attention path: 1/sqrt(head_dim) is in the query weights
+  bool attention_bf16 = false;  // quantization.attention = "bf16" (float32 compute on the host)
 
   // A bfloat16 model on the host: its LayerNorms (with the residual sum before them) run on the raw
   // 16-bit rows, ops::layer_norm_rows_bf16, without float32 copies of the activations.
@@ -340,6 +341,9 @@ struct RobertaModel::Impl : model::Weights {
       // probabilities and the context. Its products accumulate in float32 and round once, as torch
       // 2.x's bfloat16 matmul does (libtorch 1.13's at::matmul on bfloat16 does not, on CPUs with
       // native bfloat16 products).
+      // bfloat16 products where the CPU has them: for a bfloat16 model the same results up to the
+      // order of the sums (its operands are bfloat16 values), for float32 compute a chosen mixed precision.
+      a.bf16_products = ops::have_bf16_gemm() && (bf16_on_host() || attention_bf16);
       Tensor in = qkv, out = ctx;
       if (bf16_on_host()) {
         a.bf16 = true;
@@ -625,6 +629,21 @@ std::int64_t RobertaModel::max_sequence_length() const { return impl_->cfg.max_s
 
 model::Weights& RobertaModel::weights() const { return *impl_; }
 EncoderHead RobertaModel::head() const { return impl_->head; }
+
+std::string RobertaModel::use_bf16_attention_products() {
+  Impl& m = *impl_;
+  if (m.bf16_on_host()) return "attention products bfloat16 (the model's own)";
+  if (!m.fast_fp32()) {
+    throw InputError("quantization.attention", "= \"bf16\" is for models computing in float32 on the host; this one computes " +
+                                                   std::string(c10::toString(m.st)) + " on " + m.device.str());
+  }
+  if (!ops::have_bf16_gemm()) {
+    throw InputError("quantization.attention",
+                     "= \"bf16\" needs a CPU with AVX512-BF16 products (and a build with oneDNN's matmul); this one has none");
+  }
+  m.attention_bf16 = true;
+  return "attention products bfloat16 (float32 accumulation)";
+}
 DType RobertaModel::dtype() const { return impl_->dtype; }
 const std::string& RobertaModel::dir() const { return impl_->dir; }
 

@@ -108,6 +108,7 @@ class RobertaModel : public EncoderModel {
   std::int64_t pad_token_id() const override;
   std::int64_t max_sequence_length() const override;
   bool uses_token_types() const override;
+  std::string use_bf16_attention_products() override;
   using EncoderModel::hidden_states;
   using EncoderModel::masked_lm;
   using EncoderModel::question_answering;

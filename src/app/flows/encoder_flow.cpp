@@ -68,6 +68,11 @@ void EncoderFlow::load(const RunSpec& spec, const std::string& shard, const std:
   check_encoder_inputs(spec, model_->dims(), items_);  // positions and batch memory
   check_ids_fit(items_, vocab_, model_->max_sequence_length(), spec.model.path);
   install_model(spec, *model_, shared, prov);
+  if (spec.quantization.attention == "bf16") {
+    const std::string how = model_->use_bf16_attention_products();
+    prov.quantization += "; " + how;
+    log().info("{}", how);
+  }
   if (tokenizer_) prov.tokenizer_sha256 = tokenizer_->sha256();
   log_model_load(spec, prov, seconds_since(t0), items_.size(), "features");
 }

@@ -275,6 +275,7 @@ TEST(ConfigTasks, KindValuesAndApplicabilityComeFromTheRegistry) {
       if (key.find(b) != std::string::npos) return "true";
     if (key == "task.prompt_set") return "chat";
     if (key == "quantization.lm_head") return "int8";
+    if (key == "quantization.attention") return "bf16";
     for (const char* s : {"output.predictions_json", "validation.golden", "task.task_file", "output.lm_eval_json",
                           "output.samples_jsonl"})
       if (key == s) return "x";

@@ -8,10 +8,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "io/hdf5_file.hpp"
 #include "io/safetensors.hpp"
+#include "ops/gemm.hpp"
 #include "process_util.hpp"
 #include "test_util.hpp"
 
@@ -179,6 +182,44 @@ TEST_F(Int8Cli, CompareReportsInt8AgainstFp32) {
     }
   }
   EXPECT_TRUE(saw) << j.dump();
+}
+
+// quantization.attention = "bf16": on a CPU with AVX512-BF16 the answers stay the INT8 run's, the
+// logits move by the bfloat16 operands' rounding only, and the result file says so; elsewhere exit 2
+// naming the key. Batch size and world size change nothing beyond float rounding.
+TEST_F(Int8Cli, Bf16AttentionProductsKeepTheAnswersAndAreRecorded) {
+  auto r = run("direct.toml", "attn-int8.h5");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run("direct.toml", "attn-bf16.h5", "--set quantization.attention=bf16");
+  if (!ops::have_bf16_gemm()) {
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("quantization.attention"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("AVX512-BF16"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(path("attn-bf16.h5")));
+    return;
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_process(mpirun(2) + kBin + " " + path("direct.toml") +
+                  " --set output.path=" + quote(path("attn-bf16-2.h5")) + " --set quantization.attention=bf16 --set task.batch_size=3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  H5Reader i8(path("attn-int8.h5")), a(path("attn-bf16.h5")), a2(path("attn-bf16-2.h5"));
+  EXPECT_NE(a.attr_string("/", "quantization").find("; attention products bfloat16"), std::string::npos)
+      << a.attr_string("/", "quantization");
+  EXPECT_EQ(a.read_strings("/predictions/text"), i8.read_strings("/predictions/text"));
+  EXPECT_EQ(a2.read_strings("/predictions/text"), a.read_strings("/predictions/text"));
+  for (const char* set : {"/logits/start_logits/values", "/logits/end_logits/values"}) {
+    const auto x = a.read_f32(set), y = i8.read_f32(set), z = a2.read_f32(set);
+    ASSERT_EQ(x.size(), y.size());
+    ASSERT_EQ(x.size(), z.size());
+    float moved = 0, spread = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      moved = std::max(moved, std::abs(x[i] - y[i]));
+      spread = std::max(spread, std::abs(x[i] - z[i]));
+    }
+    EXPECT_GT(moved, 0.0f) << set << ": the bfloat16 products changed nothing";
+    EXPECT_LT(moved, 0.05f) << set;
+    EXPECT_LT(spread, 1e-4f) << set << ": 2 ranks / batch 3 against 1 rank";
+  }
 }
 
 TEST_F(Int8Cli, DecoderQuantizesDirectlyAndAsACheckpoint) {
