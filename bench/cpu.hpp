@@ -1,10 +1,13 @@
 // The CPU a benchmark runs on, printed before its figures: a speed ratio measured with one instruction
 // set does not carry over to another (the VNNI, BF16 and AVX-512 row kernels fall back to GEMMs or to
 // AVX2 versions on CPUs without them, and the machines this project runs on differ from session to
-// session).
+// session). OMP_WAIT_POLICY is printed too: with PASSIVE, OpenMP's threads sleep at the end of every
+// parallel region and are woken by the next, which halves the speed of a decode step (dozens of short
+// regions) while leaving an encoder's forward pass (few long ones) as it was.
 #pragma once
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -28,6 +31,8 @@ inline void print_cpu() {
               has(__builtin_cpu_supports("avx2")), has(__builtin_cpu_supports("avx512f")),
               has(__builtin_cpu_supports("avx512vnni")), has(__builtin_cpu_supports("avx512bf16")),
               ops::to_string(ops::kernel_isa()));
+  const char* wait = std::getenv("OMP_WAIT_POLICY");
+  std::printf("OMP_WAIT_POLICY: %s\n", wait != nullptr ? wait : "(unset: OpenMP's default, threads spin a while)");
 }
 
 }  // namespace evalrun::bench
