@@ -85,12 +85,7 @@ void attention(const AttentionShape& a, const HeadRows& q, const KeyValueRows& k
       } else {
         sgemm('N', 'T', rows, T, d, alpha, q.at(b, h), ldq, kr.at, kr.stride, 0.0f, s, T);
       }
-      if (a.bf16) {
-        for (std::int64_t i = 0; i < rows * T; ++i) {
-          const float dot = round_to_bf16(s[i]);
-          s[i] = round_to_bf16(a.score_divisor != 0.0f ? dot / a.score_divisor : dot * a.scale);
-        }
-      }
+      if (a.bf16) round_scaled_to_bf16(s, rows * T, a.score_divisor, a.scale);
       for (std::int64_t r = 0; r < rows; ++r) {
         const std::int64_t last = !a.causal ? T - 1 : grouped ? a.first_query : a.first_query + r;
         const std::int64_t first = a.causal && a.window > 0 ? std::max<std::int64_t>(0, last - a.window) : 0;

@@ -1,5 +1,5 @@
 // The encoders' attention op with its products on bfloat16 operands (AttentionShape::bf16_products)
-// against the float32 products, and the vectorized float32 -> bfloat16 rounding it feeds them with.
+// against the float32 products, and the vectorized bfloat16 roundings of ops/bfloat16.hpp it uses.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -39,6 +39,40 @@ TEST(Bf16OfFloats, RoundsAsTheScalarConversionOnEveryKernelLevel) {
                                          << std::bit_cast<std::uint32_t>(x[i]);
       }
       EXPECT_EQ(got[n], 0xabcd) << to_string(isa) << ": wrote past n = " << n;
+    }
+  }
+}
+
+TEST(RoundToBf16, ArrayFormsRoundAsTheScalarOnEveryKernelLevel) {
+  std::mt19937 gen(9);
+  std::normal_distribution<float> normal(0.0f, 40.0f);
+  std::vector<float> x;
+  for (std::uint32_t bits : {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x00000001u, 0x80008000u, 0x7f800000u, 0xff800000u,
+                             0x7fc00001u, 0xffffffffu, 0x7f7fffffu, 0x00000000u, 0x80000000u}) {
+    x.push_back(std::bit_cast<float>(bits));
+  }
+  while (x.size() < 600) x.push_back(x.size() % 2 == 0 ? normal(gen) : std::bit_cast<float>(static_cast<std::uint32_t>(gen())));
+  auto scalar = [](float v, float divisor, float multiplier) {
+    const float dot = round_to_bf16(v);
+    return round_to_bf16(divisor != 0.0f ? dot / divisor : dot * multiplier);
+  };
+  auto same = [](float a, float b) { return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b); };
+  for (const Isa isa : isas_of_this_cpu()) {
+    ScopedIsaCap cap(isa);
+    for (const std::int64_t n : {0, 1, 7, 8, 9, 16, 17, 600}) {
+      std::vector<float> plain(x.begin(), x.begin() + n), div(plain), mul(plain);
+      plain.push_back(1.2345f), div.push_back(1.2345f), mul.push_back(1.2345f);
+      round_to_bf16(plain.data(), n);
+      round_scaled_to_bf16(div.data(), n, std::sqrt(24.0f), 1.0f);
+      round_scaled_to_bf16(mul.data(), n, 0.0f, 0.125f);
+      for (std::int64_t i = 0; i < n; ++i) {
+        ASSERT_TRUE(same(plain[i], round_to_bf16(x[i]))) << to_string(isa) << " n " << n << " i " << i;
+        ASSERT_TRUE(same(div[i], scalar(x[i], std::sqrt(24.0f), 1.0f))) << to_string(isa) << " n " << n << " i " << i;
+        ASSERT_TRUE(same(mul[i], scalar(x[i], 0.0f, 0.125f))) << to_string(isa) << " n " << n << " i " << i;
+      }
+      EXPECT_EQ(plain[n], 1.2345f);
+      EXPECT_EQ(div[n], 1.2345f);
+      EXPECT_EQ(mul[n], 1.2345f);
     }
   }
 }
