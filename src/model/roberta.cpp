@@ -27,11 +27,13 @@
 #include "model/roberta.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <limits>
 #include <set>
 #include <stdexcept>
+#include <type_traits>
 
 #include "common/errors.hpp"
 #include "common/sha256.hpp"
@@ -171,35 +173,44 @@ struct RobertaModel::Impl : model::Weights {
   // y += x W^T + b for a row-parallel layer: this rank's partial product (with the bias on rank 0
   // only, see load), summed over the group. Without tensor parallelism one accumulating product.
   void row_parallel(const quant::LinearPtr& layer, const Tensor& x, Tensor& y) {
-    const std::int64_t M = x.size(0), K = x.size(1), N = layer->out_features();
-    if (!split()) {
-      if (fast_fp32()) {
-        layer->forward(x.data_ptr<float>(), M, K, y.data_ptr<float>(), N, 1.0f, 1.0f);
-      } else {
-        torch_linear(y, x, layer, 1.0f);
-      }
-      return;
+    if (split()) {
+      y.add_(row_parallel_product(layer, x));
+    } else if (fast_fp32()) {
+      layer->forward(x.data_ptr<float>(), x.size(0), x.size(1), y.data_ptr<float>(), layer->out_features(), 1.0f, 1.0f);
+    } else {
+      torch_linear(y, x, layer, 1.0f);
     }
+  }
+  // x @ W^T + b of a row-parallel layer (the bias on rank 0 only), summed over the group, into a
+  // workspace buffer.
+  Tensor row_parallel_product(const quant::LinearPtr& layer, const Tensor& x) {
+    const std::int64_t M = x.size(0), N = layer->out_features();
     Tensor part = buf_part.get({M, N}, on_device());
     if (fast_fp32()) {
-      layer->forward(x.data_ptr<float>(), M, K, part.data_ptr<float>(), N, 1.0f, 0.0f);
+      layer->forward(x.data_ptr<float>(), M, x.size(1), part.data_ptr<float>(), N, 1.0f, 0.0f);
     } else {
       torch_linear(part, x, layer, 0.0f);
     }
-    y.add_(summed(part));
-  }
-  // x @ W^T + b of a row-parallel layer (the bias on rank 0 only), summed over the group, into a
-  // workspace buffer: the bfloat16 encoder's residual sum is rounded after the product, as HF's.
-  Tensor row_parallel_product(const quant::LinearPtr& layer, const Tensor& x) {
-    Tensor part = buf_part.get({x.size(0), layer->out_features()}, on_device());
-    torch_linear(part, x, layer, 0.0f);
     return split() ? summed(part) : part;
   }
-  bool scale_folded = false;  // torch attention path: 1/sqrt(head_dim) is in the query weights
+  // The end of a sublayer: LayerNorm(residual + x W^T + b), w and b the norm's. The residual is
+  // not needed afterwards; a float32 model adds the product into it. A bfloat16 model on the host
+  // rounds the product, then the sum, as HF's (ops::layer_norm_rows_bf16 does the sum and the norm
+  // in one pass over the 16-bit rows).
+  Tensor residual_layer_norm(const quant::LinearPtr& layer, const Tensor& x, Tensor& residual, const Tensor& w,
+                             const Tensor& b) {
+    if (bf16_on_host()) return add_layer_norm(row_parallel_product(layer, x), residual, w, b);
+    row_parallel(layer, x, residual);
+    return layer_norm(residual, w, b);
+  }
+  // 1/sqrt(head_dim) is in the query weights (a power of two, folded at load where the model does not
+  // run the float32 path: the torch path, a bfloat16 model on the host).
+  bool scale_folded = false;
   bool attention_bf16 = false;  // quantization.attention = "bf16" (float32 compute on the host)
 
-  // A bfloat16 model on the host: its LayerNorms (with the residual sum before them) run on the raw
-  // 16-bit rows, ops::layer_norm_rows_bf16, without float32 copies of the activations.
+  // A bfloat16 model on the host: its attention runs the raw-buffer op with bfloat16 rounding, and its
+  // LayerNorms (with the residual sum before them) run on the raw 16-bit rows,
+  // ops::layer_norm_rows_bf16, without float32 copies of the activations.
   bool bf16_on_host() const { return st == torch::kBFloat16 && device.is_cpu(); }
 
   std::string encoder_prefix;  // the family's prefix ("roberta.") when the checkpoint's encoder names carry it
@@ -335,29 +346,41 @@ struct RobertaModel::Impl : model::Weights {
       a.heads = a.kv_heads = nh;
       a.head_dim = d;
       a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-      // bfloat16 (host): the float32 op on the values widened (exact), rounding where HF's bfloat16
-      // attention stores a tensor: q . k, its `/ sqrt(head_dim)` (nothing left to do when the scale
-      // is folded into the query weights: a power of two commutes with the rounding), the
-      // probabilities and the context. Its products accumulate in float32 and round once, as torch
-      // 2.x's bfloat16 matmul does (libtorch 1.13's at::matmul on bfloat16 does not, on CPUs with
-      // native bfloat16 products).
-      // bfloat16 products where the CPU has them: for a bfloat16 model the same results up to the
-      // order of the sums (its operands are bfloat16 values), for float32 compute a chosen mixed precision.
+      // Products on bfloat16 operands where the CPU has them: for a bfloat16 model the same results as
+      // float32 products of its bfloat16 values up to the order of the sums; for float32 compute a
+      // chosen mixed precision (quantization.attention = "bf16").
       a.bf16_products = ops::have_bf16_gemm() && (bf16_on_host() || attention_bf16);
-      Tensor in = qkv, out = ctx;
-      if (bf16_on_host()) {
-        a.bf16 = true;
-        a.scale = 1.0f;
-        a.score_divisor = scale_folded ? 0.0f : static_cast<float>(std::sqrt(static_cast<double>(d)));
-        in = buf_qkv32.get(qkv.sizes().vec(), on_device(torch::kFloat32));
-        in.copy_(qkv);
-        out = buf_ctx32.get(ctx.sizes().vec(), on_device(torch::kFloat32));
+      // q, k and v in the fused rows [B*L, 3H] that start at `base` (float32 or bfloat16 values).
+      auto fused = [&](auto base) {
+        using Rows = std::conditional_t<std::is_same_v<decltype(base), const float*>, ops::HeadRows, ops::HeadRowsBf16>;
+        return std::array<Rows, 3>{Rows{base, seq * 3 * H, d, 3 * H}, Rows{base + H, seq * 3 * H, d, 3 * H},
+                                   Rows{base + 2 * H, seq * 3 * H, d, 3 * H}};
+      };
+      if (!bf16_on_host()) {
+        const auto [q, k, v] = fused(static_cast<const float*>(qkv.data_ptr<float>()));
+        ops::attention_f32(a, q, k, v, mask, ctx.data_ptr<float>(), seq * H, H);
+        return;
       }
-      const float* base = in.data_ptr<float>();
-      const ops::HeadRows q{base, seq * 3 * H, d, 3 * H}, k{base + H, seq * 3 * H, d, 3 * H},
-          v{base + 2 * H, seq * 3 * H, d, 3 * H};
-      ops::attention_f32(a, q, k, v, mask, out.data_ptr<float>(), seq * H, H);
-      if (bf16_on_host()) ctx.copy_(out);  // exact: the op's results are bfloat16 values
+      // bfloat16 (host): rounding where HF's bfloat16 attention stores a tensor: q . k, its
+      // `/ sqrt(head_dim)` (nothing left to do when the scale is folded into the query weights: a
+      // power of two commutes with the rounding), the probabilities and the context. The products
+      // accumulate in float32 and round once, as torch 2.x's bfloat16 matmul does (libtorch 1.13's
+      // at::matmul on bfloat16 does not, on CPUs with native bfloat16 products). With bfloat16
+      // products the op reads q, k and v in place; without, from a float32 copy (exact).
+      a.bf16 = true;
+      a.scale = 1.0f;
+      a.score_divisor = scale_folded ? 0.0f : static_cast<float>(std::sqrt(static_cast<double>(d)));
+      Tensor out = buf_ctx32.get(ctx.sizes().vec(), on_device(torch::kFloat32));
+      if (a.bf16_products) {
+        const auto [q, k, v] = fused(static_cast<const std::uint16_t*>(bf16_bits(qkv)));
+        ops::attention_bf16(a, q, k, v, mask, out.data_ptr<float>(), seq * H, H);
+      } else {
+        Tensor in = buf_qkv32.get(qkv.sizes().vec(), on_device(torch::kFloat32));
+        in.copy_(qkv);
+        const auto [q, k, v] = fused(static_cast<const float*>(in.data_ptr<float>()));
+        ops::attention_f32(a, q, k, v, mask, out.data_ptr<float>(), seq * H, H);
+      }
+      ctx.copy_(out);  // exact: the op's results are bfloat16 values
       return;
     }
     // Torch path (float16, float32 without oneDNN, any run off the host), one sequence at a time so the scores stay
@@ -414,14 +437,7 @@ struct RobertaModel::Impl : model::Weights {
       }
       Tensor ctx = buf_ctx.get({M, A}, on_device());
       attention(qkv, mask, mask_add, batch, seq, ctx);
-      // h += ctx @ W_o + b_o (the residual is h itself: it is not needed afterwards)
-      Tensor a;
-      if (bf16_on_host()) {
-        a = add_layer_norm(row_parallel_product(L.attn_out, ctx), h, L.attn_ln_w, L.attn_ln_b);
-      } else {
-        row_parallel(L.attn_out, ctx, h);
-        a = layer_norm(h, L.attn_ln_w, L.attn_ln_b);
-      }
+      Tensor a = residual_layer_norm(L.attn_out, ctx, h, L.attn_ln_w, L.attn_ln_b);
       h = Tensor();
 
       const std::int64_t I = inter;
@@ -432,12 +448,7 @@ struct RobertaModel::Impl : model::Weights {
         torch_linear(act, a, L.inter, 0.0f);
       }
       activation_(act);
-      if (bf16_on_host()) {
-        h = add_layer_norm(row_parallel_product(L.out, act), a, L.out_ln_w, L.out_ln_b);
-      } else {
-        row_parallel(L.out, act, a);
-        h = layer_norm(a, L.out_ln_w, L.out_ln_b);
-      }
+      h = residual_layer_norm(L.out, act, a, L.out_ln_w, L.out_ln_b);
       keep(h);
     }
     return h;
@@ -536,7 +547,7 @@ std::unique_ptr<RobertaModel> RobertaModel::load(const ModelLoad& how_to) {
   m.emb_ln_b = ln(r.encoder(std::string(f.embeddings_norm) + ".bias", {H}));
 
   {
-    // The torch attention path folds 1/sqrt(head_dim) into the query projection when that is exact.
+    // Off the float32 path, 1/sqrt(head_dim) is folded into the query projection when that is exact.
     const double root = std::sqrt(static_cast<double>(c.head_dim()));
     const bool power_of_two = root == std::floor(root) && (static_cast<std::int64_t>(root) & (static_cast<std::int64_t>(root) - 1)) == 0;
     m.scale_folded = !m.fast_fp32() && power_of_two;

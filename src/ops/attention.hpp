@@ -66,4 +66,9 @@ void attention_bf16_cache(const AttentionShape& shape, const HeadRows& q, const 
                           const std::int64_t* key_mask, float* out, std::int64_t out_batch_stride,
                           std::int64_t out_row_stride);
 
+// The same with queries, keys and values all bfloat16 (a bfloat16 encoder's fused QKV tensor, read in
+// place); shape.bf16_products must be set.
+void attention_bf16(const AttentionShape& shape, const HeadRowsBf16& q, const HeadRowsBf16& k, const HeadRowsBf16& v,
+                    const std::int64_t* key_mask, float* out, std::int64_t out_batch_stride, std::int64_t out_row_stride);
+
 }  // namespace evalrun::ops

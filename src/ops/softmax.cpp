@@ -5,6 +5,8 @@
 // scalar one in float rounding only; each row is computed alone, so neither depends on the batch.
 #include "ops/softmax.hpp"
 
+#include "ops/bfloat16.hpp"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -16,7 +18,8 @@ namespace evalrun::ops {
 namespace {
 
 bool have_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f");
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl");
   return yes;
 }
 
@@ -76,9 +79,11 @@ __attribute__((target("avx512f"))) inline __mmask16 allowed_lanes(const std::int
 
 // Three passes over the row: the allowed lanes (kept per 16 keys for the next pass) and the maximum;
 // the exponentials and their sum; the scaling by 1 / sum (a multiply: a division per vector cost
-// as much as the exponential).
-__attribute__((target("avx512f"))) void softmax_row_avx512(float* s, std::int64_t n, const std::int64_t* key_mask,
-                                                           std::int64_t first, std::int64_t last) {
+// as much as the exponential), stored as float32 into s or, with p16, rounded to bfloat16 there.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void softmax_row_avx512(float* s, std::int64_t n,
+                                                                             const std::int64_t* key_mask,
+                                                                             std::int64_t first, std::int64_t last,
+                                                                             std::uint16_t* p16) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const std::int64_t chunks = (n + 15) / 16;
   thread_local std::vector<__mmask16> lanes;
@@ -92,6 +97,7 @@ __attribute__((target("avx512f"))) void softmax_row_avx512(float* s, std::int64_
   const float mx = _mm512_reduce_max_ps(vmax);
   if (mx == neg_inf) {
     std::fill(s, s + n, 0.0f);
+    if (p16 != nullptr) std::fill(p16, p16 + n, std::uint16_t{0});
     return;
   }
   auto in_row = [n](std::int64_t j) {
@@ -107,7 +113,12 @@ __attribute__((target("avx512f"))) void softmax_row_avx512(float* s, std::int64_
   }
   const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
   for (std::int64_t j = 0; j < n; j += 16) {
-    _mm512_mask_storeu_ps(s + j, in_row(j), _mm512_mul_ps(_mm512_maskz_loadu_ps(in_row(j), s + j), inv));
+    const __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(in_row(j), s + j), inv);
+    if (p16 != nullptr) {
+      _mm256_mask_storeu_epi16(p16 + j, in_row(j), bf16_of_lanes(p));
+    } else {
+      _mm512_mask_storeu_ps(s + j, in_row(j), p);
+    }
   }
 }
 
@@ -120,9 +131,19 @@ void causal_masked_softmax_row(float* s, std::int64_t n, const std::int64_t* key
 void causal_masked_softmax_row(float* s, std::int64_t n, const std::int64_t* key_mask, std::int64_t first,
                                std::int64_t last) {
   if (have_avx512()) {
-    softmax_row_avx512(s, n, key_mask, first, last);
+    softmax_row_avx512(s, n, key_mask, first, last, nullptr);
   } else {
     softmax_row_scalar(s, n, key_mask, first, last);
+  }
+}
+
+void causal_masked_softmax_row_bf16(float* s, std::int64_t n, const std::int64_t* key_mask, std::int64_t first,
+                                    std::int64_t last, std::uint16_t* p16) {
+  if (have_avx512()) {
+    softmax_row_avx512(s, n, key_mask, first, last, p16);
+  } else {
+    softmax_row_scalar(s, n, key_mask, first, last);
+    for (std::int64_t j = 0; j < n; ++j) p16[j] = bf16_of(s[j]);
   }
 }
 

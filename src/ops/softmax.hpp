@@ -14,4 +14,10 @@ void causal_masked_softmax_row(float* s, std::int64_t n, const std::int64_t* key
 void causal_masked_softmax_row(float* s, std::int64_t n, const std::int64_t* key_mask, std::int64_t first,
                                std::int64_t last);
 
+// The same with the probabilities rounded to bfloat16 (ops::bf16_of) and written to p16[0, n) instead
+// of s, which is left holding intermediate values: the operand of a bfloat16 product, made in the
+// softmax's last pass rather than in two more passes over the row (rounding, then packing).
+void causal_masked_softmax_row_bf16(float* s, std::int64_t n, const std::int64_t* key_mask, std::int64_t first,
+                                    std::int64_t last, std::uint16_t* p16);
+
 }  // namespace evalrun::ops

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "ops/bfloat16.hpp"
 #include "ops/softmax.hpp"
 
 namespace {
@@ -87,6 +88,30 @@ TEST(SoftmaxRow, FarBelowTheMaximumIsZeroAndNoAllowedKeyIsAllZero) {
   std::fill(mask.begin(), mask.end(), 0);
   causal_masked_softmax_row(s.data(), 5, mask.data(), 4);
   for (float v : s) EXPECT_EQ(v, 0.0f);
+}
+
+// The bfloat16 output is the float32 softmax's probabilities rounded (ops::bf16_of), masked keys and
+// a row with no allowed key 0.
+TEST(SoftmaxRow, Bf16OutputIsTheFloatResultRounded) {
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<float> score(-12.0f, 12.0f);
+  for (const std::int64_t n : {1, 15, 16, 17, 384, 385}) {
+    for (int trial = 0; trial < 4; ++trial) {
+      std::vector<float> s(n);
+      std::vector<std::int64_t> mask(n);
+      for (std::int64_t j = 0; j < n; ++j) s[j] = score(gen), mask[j] = gen() % 5 == 0 ? 0 : 1;
+      if (trial == 3) std::fill(mask.begin(), mask.end(), 0);
+      const std::int64_t first = trial == 2 ? n / 3 : 0, last = trial == 1 ? n / 2 : n - 1;
+      std::vector<float> want = s, scratch = s;
+      causal_masked_softmax_row(want.data(), n, mask.data(), first, last);
+      std::vector<std::uint16_t> got(static_cast<std::size_t>(n) + 1, 0xabcd);
+      evalrun::ops::causal_masked_softmax_row_bf16(scratch.data(), n, mask.data(), first, last, got.data());
+      for (std::int64_t j = 0; j < n; ++j) {
+        ASSERT_EQ(got[j], evalrun::ops::bf16_of(want[j])) << "n " << n << " trial " << trial << " key " << j;
+      }
+      EXPECT_EQ(got[n], 0xabcd) << "wrote past n = " << n;
+    }
+  }
 }
 
 }  // namespace
