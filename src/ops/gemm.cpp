@@ -286,41 +286,58 @@ struct F32Key {
   bool operator<(const F32Key& o) const { return tie() < o.tie(); }
 };
 
+// Primitives cached by their key, made by `make` on a miss (which may throw). Bounded: a run sees a
+// few hundred shapes at most.
+template <class Key>
+class PrimitiveCache {
+ public:
+  template <class Make>
+  std::shared_ptr<Primitive> get(const Key& key, const Make& make) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    std::shared_ptr<Primitive> prim = make();
+    if (cache_.size() >= 4096) cache_.clear();
+    cache_.emplace(key, prim);
+    return prim;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<Key, std::shared_ptr<Primitive>> cache_;
+};
+
+// A matmul with float32 results: alpha the output scale, `accumulate` a sum post-op (C += ...).
+// Throws dnnl::error when oneDNN has no implementation.
+std::shared_ptr<Primitive> float_result_matmul(const dnnl::memory::desc& a, const dnnl::memory::desc& b,
+                                               const dnnl::memory::desc& c, float alpha, bool accumulate) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (accumulate) {
+    dnnl::post_ops ops;
+    ops.append_sum(1.0f);
+    attr.set_post_ops(ops);
+  }
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, matmul_engine().engine);
+  return std::make_shared<Primitive>(Primitive{dnnl::matmul(pd), pd.scratchpad_desc().get_size()});
+}
+
 // True when the product ran (false: no oneDNN matmul for it, the caller falls back).
 bool matmul_f32_wt(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda, const float* w,
                    float* c, std::int64_t ldc, float alpha, float beta) {
-  static std::mutex mutex;
-  static std::map<F32Key, std::shared_ptr<Primitive>> cache;
-  static bool failed = false;
+  static PrimitiveCache<F32Key> cache;
+  static std::atomic<bool> failed{false};
+  if (failed) return false;
   const F32Key key{m, n, k, lda, ldc, alpha, beta != 0.0f};
   const dnnl::memory::desc a_desc({m, k}, dt::f32, {lda, 1}), b_desc({k, n}, dt::f32, {1, k}),
       c_desc({m, n}, dt::f32, {ldc, 1});
   std::shared_ptr<Primitive> prim;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (failed) return false;
-    auto it = cache.find(key);
-    if (it != cache.end()) {
-      prim = it->second;
-    } else {
-      try {
-        dnnl::primitive_attr attr;
-        attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-        if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-        if (key.accumulate) {
-          dnnl::post_ops ops;
-          ops.append_sum(1.0f);
-          attr.set_post_ops(ops);
-        }
-        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_desc, b_desc, c_desc), attr, matmul_engine().engine);
-        prim = std::make_shared<Primitive>(Primitive{dnnl::matmul(pd), pd.scratchpad_desc().get_size()});
-      } catch (const dnnl::error&) {
-        failed = true;
-        return false;
-      }
-      if (cache.size() >= 4096) cache.clear();
-      cache.emplace(key, prim);
-    }
+  try {
+    prim = cache.get(key, [&] { return float_result_matmul(a_desc, b_desc, c_desc, alpha, key.accumulate); });
+  } catch (const dnnl::error&) {
+    failed = true;
+    return false;
   }
   const dnnl::engine& eng = matmul_engine().engine;
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(a_desc, eng, const_cast<float*>(a))},
@@ -331,7 +348,7 @@ bool matmul_f32_wt(std::int64_t m, std::int64_t n, std::int64_t k, const float* 
 }
 
 // bfloat16 products with float32 results (gemm_bf16): A [M, K] and B as the logical [K, N] matrix,
-// row-major [K, N] ('N') or the transpose of row-major [N, K] ('T'). Primitives cached by shape.
+// row-major [K, N] ('N') or the transpose of row-major [N, K] ('T').
 struct Bf16Key {
   std::int64_t m, n, k, lda, ldb, ldc;
   char trans_b;
@@ -342,31 +359,16 @@ struct Bf16Key {
 
 void matmul_bf16(char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const std::uint16_t* a,
                  std::int64_t lda, const std::uint16_t* b, std::int64_t ldb, float* c, std::int64_t ldc) {
-  static std::mutex mutex;
-  static std::map<Bf16Key, std::shared_ptr<Primitive>> cache;
-  const Bf16Key key{m, n, k, lda, ldb, ldc, trans_b, alpha};
+  static PrimitiveCache<Bf16Key> cache;
   const dnnl::memory::desc a_desc({m, k}, dt::bf16, {lda, 1}),
       b_desc({k, n}, dt::bf16, trans_b == 'N' ? dnnl::memory::dims{ldb, 1} : dnnl::memory::dims{1, ldb}),
       c_desc({m, n}, dt::f32, {ldc, 1});
   std::shared_ptr<Primitive> prim;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = cache.find(key);
-    if (it != cache.end()) {
-      prim = it->second;
-    } else {
-      try {
-        dnnl::primitive_attr attr;
-        attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-        if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_desc, b_desc, c_desc), attr, matmul_engine().engine);
-        prim = std::make_shared<Primitive>(Primitive{dnnl::matmul(pd), pd.scratchpad_desc().get_size()});
-      } catch (const dnnl::error& err) {
-        throw std::runtime_error(std::string("oneDNN has no bfloat16 matmul for this shape: ") + err.what());
-      }
-      if (cache.size() >= 4096) cache.clear();
-      cache.emplace(key, prim);
-    }
+  try {
+    prim = cache.get(Bf16Key{m, n, k, lda, ldb, ldc, trans_b, alpha},
+                     [&] { return float_result_matmul(a_desc, b_desc, c_desc, alpha, false); });
+  } catch (const dnnl::error& err) {
+    throw std::runtime_error(std::string("oneDNN has no bfloat16 matmul for this shape: ") + err.what());
   }
   const dnnl::engine& eng = matmul_engine().engine;
   std::unordered_map<int, dnnl::memory> args{
