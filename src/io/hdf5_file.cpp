@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "common/errors.hpp"
+#include "io/positioned_reader.hpp"
 #include "io/text_file.hpp"
 
 namespace evalrun {
@@ -788,12 +789,67 @@ H5Rows<T>::H5Rows(const H5Reader& file, const std::string& dataset, std::size_t 
   const auto row_bytes = static_cast<std::size_t>(std::max<std::int64_t>(cols_, 1)) * sizeof(T);
   const auto fit = static_cast<std::int64_t>(block_bytes / row_bytes);
   block_rows_ = std::max<std::int64_t>(1, fit / chunk_rows) * chunk_rows;
+  // Contiguous, allocated and stored as T (the row datasets evalrun writes): no HDF5 in the way.
+  const Id type(H5Dget_type(ds), H5Tclose);
+  const haddr_t address = H5Dget_offset(ds);
+  if (H5Pget_layout(dcpl) == H5D_CONTIGUOUS && address != HADDR_UNDEF && address % alignof(T) == 0 &&
+      H5Tequal(type, RowTraits<T>::mem()) > 0 && rows_ > 0 && cols_ > 0) {
+    try {
+      reader_ = std::make_unique<PositionedReader>(file.path(), static_cast<std::size_t>(block_rows_) * row_bytes);
+      address_ = address;
+    } catch (const std::system_error&) {
+      // HDF5 has the file open: read it through HDF5 then
+    }
+  }
   dataset_ = ds.release();
+  if (reader_) reader_->prefetch(address_, static_cast<std::size_t>(std::min(block_rows_, rows_) * cols_) * sizeof(T));
 }
 
 template <typename T>
 H5Rows<T>::~H5Rows() {
+  reader_.reset();
   if (dataset_ >= 0) H5Dclose(dataset_);
+}
+
+// Reads rows [first, first + count) to loaded_rows_: from the file directly, asking for the next block
+// at once, or through HDF5 (also where the direct read failed for another reason than the file's end).
+template <typename T>
+void H5Rows<T>::read_block(std::int64_t first, std::int64_t count) {
+  first_ = -1;
+  loaded_ = 0;
+  const auto row_bytes = static_cast<std::uint64_t>(cols_) * sizeof(T);
+  if (reader_) {
+    try {
+      loaded_rows_ = reinterpret_cast<const T*>(reader_->read(address_ + static_cast<std::uint64_t>(first) * row_bytes,
+                                                              static_cast<std::size_t>(count) * row_bytes));
+      const std::int64_t next = first + count;
+      if (next < rows_)
+        reader_->prefetch(address_ + static_cast<std::uint64_t>(next) * row_bytes,
+                          static_cast<std::size_t>(std::min(block_rows_, rows_ - next)) * row_bytes);
+      first_ = first;
+      loaded_ = count;
+      return;
+    } catch (const std::system_error& e) {
+      // HDF5 reads a dataset cut short by the end of the file as zeros
+      if (e.code().value() == ENODATA)
+        throw InputError(where_, "cannot read rows " + std::to_string(first) + ".." + std::to_string(first + count - 1) +
+                                     ": the file ends before them (cut short?)");
+      reader_.reset();
+    }
+  }
+  block_.resize(static_cast<std::size_t>(count * cols_));
+  const Id file_space(H5Dget_space(dataset_), H5Sclose);
+  const hsize_t start[2] = {static_cast<hsize_t>(first), 0};
+  const hsize_t shape[2] = {static_cast<hsize_t>(count), static_cast<hsize_t>(cols_)};
+  const Id mem_space(H5Screate_simple(2, shape, nullptr), H5Sclose);
+  if (!block_.empty() &&
+      (H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, nullptr, shape, nullptr) < 0 ||
+       H5Dread(dataset_, RowTraits<T>::mem(), mem_space, file_space, H5P_DEFAULT, block_.data()) < 0))
+    throw InputError(where_, "cannot read rows " + std::to_string(start[0]) + ".." +
+                                 std::to_string(start[0] + shape[0] - 1) + ": " + h5_detail());
+  loaded_rows_ = block_.data();
+  first_ = first;
+  loaded_ = count;
 }
 
 template <typename T>
@@ -801,23 +857,10 @@ const T* H5Rows<T>::row(std::int64_t r) {
   if (r < 0 || r >= rows_)
     throw InputError(where_, "row " + std::to_string(r) + " asked for, the dataset has " + std::to_string(rows_));
   if (r < first_ || r >= first_ + loaded_) {
-    first_ = r / block_rows_ * block_rows_;
-    loaded_ = std::min(block_rows_, rows_ - first_);
-    block_.resize(static_cast<std::size_t>(loaded_ * cols_));
-    const Id file_space(H5Dget_space(dataset_), H5Sclose);
-    const hsize_t start[2] = {static_cast<hsize_t>(first_), 0};
-    const hsize_t count[2] = {static_cast<hsize_t>(loaded_), static_cast<hsize_t>(cols_)};
-    const Id mem_space(H5Screate_simple(2, count, nullptr), H5Sclose);
-    if (!block_.empty() &&
-        (H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, nullptr, count, nullptr) < 0 ||
-         H5Dread(dataset_, RowTraits<T>::mem(), mem_space, file_space, H5P_DEFAULT, block_.data()) < 0)) {
-      first_ = -1;
-      loaded_ = 0;
-      throw InputError(where_, "cannot read rows " + std::to_string(start[0]) + ".." +
-                                   std::to_string(start[0] + count[0] - 1) + ": " + h5_detail());
-    }
+    const std::int64_t first = r / block_rows_ * block_rows_;
+    read_block(first, std::min(block_rows_, rows_ - first));
   }
-  return block_.data() + (r - first_) * cols_;
+  return loaded_rows_ + (r - first_) * cols_;
 }
 
 template class H5Rows<float>;

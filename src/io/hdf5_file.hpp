@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -105,6 +106,7 @@ bool hdf5_shutdown() noexcept;
 
 template <typename T>
 class H5Rows;
+class PositionedReader;
 
 // Read-only access. Missing objects and type mismatches are InputErrors naming the file and object.
 class H5Reader {
@@ -161,11 +163,18 @@ class H5Rows {
   const T* row(std::int64_t r);
 
  private:
+  void read_block(std::int64_t first, std::int64_t count);
+
   std::string where_;
   std::int64_t dataset_ = -1;
   std::int64_t rows_ = 0, cols_ = 0, block_rows_ = 1;
-  std::int64_t first_ = -1, loaded_ = 0;  // rows [first_, first_ + loaded_) are in block_
+  std::int64_t first_ = -1, loaded_ = 0;  // rows [first_, first_ + loaded_) are at loaded_rows_
+  const T* loaded_rows_ = nullptr;        // in block_, or in reader_'s buffer
   std::vector<T> block_;
+  // A contiguous dataset stored as T is read straight from the file, a block ahead (io/positioned_reader);
+  // others (chunked, compressed, converted) through HDF5.
+  std::unique_ptr<PositionedReader> reader_;
+  std::uint64_t address_ = 0;  // of row 0 in the file
 };
 
 }  // namespace evalrun

@@ -1,4 +1,5 @@
 #include "io/hdf5_file.hpp"
+#include "io/positioned_writer.hpp"
 #include "io/rank_rows.hpp"
 
 #include <gtest/gtest.h>
@@ -234,6 +235,51 @@ TEST_F(H5Test, RowsReadBlocksOfWholeChunks) {
   expect_input_error([&] { H5Rows<float>(r, "/flat"); }, {"/flat", "2-D"});
   expect_input_error([&] { H5Rows<float>(r, "/ids"); }, {"/ids", "integer", "expected float"});
   expect_input_error([&] { H5Rows<float>(r, "/none"); }, {"/none", "no such dataset"});
+}
+
+// The row datasets evalrun writes (contiguous, stored as read) are read straight from the file a block
+// ahead (io/positioned_reader): every row as written, in order, backwards, in blocks cut short at the
+// end, for float, int64 and uint16; rows beyond the end of a file cut short are an error naming the
+// dataset and the rows (HDF5 would read them as zeros).
+TEST_F(H5Test, ContiguousRowsAreReadStraightFromTheFile) {
+  const auto path = (dir_ / "direct.h5").string();
+  const std::int64_t n = 37, cols = 1001;  // rows of 4004 bytes straddle the 4 KiB blocks
+  std::vector<float> values(static_cast<std::size_t>(n * cols));
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.25f - 3.0f;
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(n * 3));
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = (std::int64_t{1} << 40) + static_cast<std::int64_t>(i);
+  std::vector<std::uint16_t> levels(static_cast<std::size_t>(n * cols));
+  for (std::size_t i = 0; i < levels.size(); ++i) levels[i] = static_cast<std::uint16_t>(i * 7);
+  std::uint64_t at_f = 0, at_i = 0, at_u = 0;
+  {
+    H5Writer w(path);
+    at_f = w.create_rows("/f", RowType::f32, n, cols);
+    at_i = w.create_rows("/i", RowType::i64, n, 3);
+    at_u = w.create_rows("/u", RowType::u16, n, cols);
+    w.commit();
+  }
+  {
+    PositionedWriter out(path);
+    ASSERT_EQ(out.write(at_f, values.data(), values.size() * sizeof(float)), 0);
+    ASSERT_EQ(out.write(at_i, ids.data(), ids.size() * sizeof(std::int64_t)), 0);
+    ASSERT_EQ(out.write(at_u, levels.data(), levels.size() * sizeof(std::uint16_t)), 0);
+  }
+  H5Reader r(path);
+  H5Rows<float> f(r, "/f", 5 * cols * sizeof(float));  // blocks of 5 rows: the last has 2
+  ASSERT_EQ(f.block_rows(), 5);
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j = 0; j < cols; ++j) ASSERT_EQ(f.row(i)[j], values[static_cast<std::size_t>(i * cols + j)]) << i;
+  for (std::int64_t i = n - 1; i >= 0; i -= 3) ASSERT_EQ(f.row(i)[cols - 1], values[static_cast<std::size_t>(i * cols + cols - 1)]);
+  H5Rows<std::int64_t> i64(r, "/i", 1);
+  for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(i64.row(i)[2], ids[static_cast<std::size_t>(i * 3 + 2)]) << i;
+  H5Rows<std::uint16_t> u16(r, "/u");
+  for (std::int64_t i = n - 1; i >= 0; --i) ASSERT_EQ(u16.row(i)[7], levels[static_cast<std::size_t>(i * cols + 7)]) << i;
+
+  fs::resize_file(path, at_f + 12 * cols * sizeof(float) + 17);  // rows 12 and on are gone
+  H5Reader cut(path);
+  H5Rows<float> rest(cut, "/f", 4 * cols * sizeof(float));
+  EXPECT_EQ(rest.row(11)[cols - 1], values[static_cast<std::size_t>(11 * cols + cols - 1)]);
+  expect_input_error([&] { rest.row(12); }, {"direct.h5: /f", "rows 12..15", "the file ends before them"});
 }
 
 TEST_F(H5Test, CommitRenamesTempFile) {
