@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -18,6 +19,7 @@
 
 #include "common/logging.hpp"
 #include "dist/serialize.hpp"
+#include "io/positioned_reader.hpp"
 #include "io/positioned_writer.hpp"
 #include "io/text_file.hpp"
 
@@ -414,34 +416,33 @@ void RankRows::write(const RowsLayout& layout) {
     }
   }
   if (!spilled_.empty()) {
-    // One item's rows at a time, read back from the scratch file.
+    // One item's rows at a time, read back from the scratch file directly, the next item's on a
+    // second thread while this one's are written (io/positioned_reader.hpp).
     std::vector<std::uint64_t> to;
-    for (const auto& s : spilled_) to.push_back(offset_of(layout, s.dataset, s.item, s.type, s.values));
-    const int in = ::open(spill_path_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (in < 0) throw WriteError(layout.final_path, "the rows kept in " + spill_path_, std::strerror(errno));
-    std::vector<char> buffer;
+    std::size_t most = 0;
+    for (const auto& s : spilled_) {
+      to.push_back(offset_of(layout, s.dataset, s.item, s.type, s.values));
+      most = std::max(most, s.values * row_type_bytes(s.type));
+    }
+    std::unique_ptr<PositionedReader> in;
+    try {
+      in = std::make_unique<PositionedReader>(spill_path_, most);
+    } catch (const std::system_error& e) {
+      throw WriteError(layout.final_path, "the rows kept in " + spill_path_, std::strerror(e.code().value()));
+    }
+    const auto bytes_of = [](const Spilled& s) { return s.values * row_type_bytes(s.type); };
     for (std::size_t k = 0; k < spilled_.size(); ++k) {
       const Spilled& s = spilled_[k];
-      const std::size_t bytes = s.values * row_type_bytes(s.type);
-      const std::uint64_t at = to[k];
-      buffer.resize(bytes);
-      std::size_t got = 0;
-      while (got < bytes) {
-        const ssize_t n = ::pread(in, buffer.data() + got, bytes - got, static_cast<off_t>(s.offset + got));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-          const int e = n < 0 ? errno : EIO;
-          ::close(in);
-          throw WriteError(layout.final_path, "the rows kept in " + spill_path_ + " (reading them back)", std::strerror(e));
-        }
-        got += static_cast<std::size_t>(n);
+      const char* rows = nullptr;
+      try {
+        rows = in->read(s.offset, bytes_of(s));
+      } catch (const std::system_error& e) {
+        throw WriteError(layout.final_path, "the rows kept in " + spill_path_ + " (reading them back)",
+                         std::strerror(e.code().value()));
       }
-      if (const int e = file->write(at, buffer.data(), bytes)) {
-        ::close(in);
-        throw_write_error(layout, s.dataset, s.item, e);
-      }
+      if (k + 1 < spilled_.size()) in->prefetch(spilled_[k + 1].offset, bytes_of(spilled_[k + 1]));
+      if (const int e = file->write(to[k], rows, bytes_of(s))) throw_write_error(layout, s.dataset, s.item, e);
     }
-    ::close(in);
   }
   file.reset();
   seconds_ += seconds_between(t0);
