@@ -795,7 +795,8 @@ H5Rows<T>::H5Rows(const H5Reader& file, const std::string& dataset, std::size_t 
   if (H5Pget_layout(dcpl) == H5D_CONTIGUOUS && address != HADDR_UNDEF && address % alignof(T) == 0 &&
       H5Tequal(type, RowTraits<T>::mem()) > 0 && rows_ > 0 && cols_ > 0) {
     try {
-      reader_ = std::make_unique<PositionedReader>(file.path(), static_cast<std::size_t>(block_rows_) * row_bytes);
+      reader_ = std::make_unique<PositionedReader>(file.path(),
+                                                   static_cast<std::size_t>(std::min(block_rows_, rows_)) * row_bytes);
       address_ = address;
     } catch (const std::system_error&) {
       // HDF5 has the file open: read it through HDF5 then
