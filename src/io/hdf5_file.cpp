@@ -803,7 +803,7 @@ H5Rows<T>::H5Rows(const H5Reader& file, const std::string& dataset, std::size_t 
     }
   }
   dataset_ = ds.release();
-  if (reader_) reader_->prefetch(address_, static_cast<std::size_t>(std::min(block_rows_, rows_) * cols_) * sizeof(T));
+  read_ahead(0);
 }
 
 template <typename T>
@@ -812,21 +812,27 @@ H5Rows<T>::~H5Rows() {
   if (dataset_ >= 0) H5Dclose(dataset_);
 }
 
+// The direct reader starts reading the block of rows from `first` (when there is one).
+template <typename T>
+void H5Rows<T>::read_ahead(std::int64_t first) {
+  if (!reader_ || first >= rows_) return;
+  const auto row_bytes = static_cast<std::uint64_t>(cols_) * sizeof(T);
+  reader_->prefetch(address_ + static_cast<std::uint64_t>(first) * row_bytes,
+                    static_cast<std::size_t>(std::min(block_rows_, rows_ - first)) * row_bytes);
+}
+
 // Reads rows [first, first + count) to loaded_rows_: from the file directly, asking for the next block
 // at once, or through HDF5 (also where the direct read failed for another reason than the file's end).
 template <typename T>
 void H5Rows<T>::read_block(std::int64_t first, std::int64_t count) {
   first_ = -1;
   loaded_ = 0;
-  const auto row_bytes = static_cast<std::uint64_t>(cols_) * sizeof(T);
   if (reader_) {
+    const auto row_bytes = static_cast<std::uint64_t>(cols_) * sizeof(T);
     try {
       loaded_rows_ = reinterpret_cast<const T*>(reader_->read(address_ + static_cast<std::uint64_t>(first) * row_bytes,
                                                               static_cast<std::size_t>(count) * row_bytes));
-      const std::int64_t next = first + count;
-      if (next < rows_)
-        reader_->prefetch(address_ + static_cast<std::uint64_t>(next) * row_bytes,
-                          static_cast<std::size_t>(std::min(block_rows_, rows_ - next)) * row_bytes);
+      read_ahead(first + count);
       first_ = first;
       loaded_ = count;
       return;

@@ -163,6 +163,7 @@ class H5Rows {
   const T* row(std::int64_t r);
 
  private:
+  void read_ahead(std::int64_t first);
   void read_block(std::int64_t first, std::int64_t count);
 
   std::string where_;

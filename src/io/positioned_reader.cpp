@@ -73,7 +73,6 @@ const char* PositionedReader::read(std::uint64_t offset, std::size_t bytes) {
   if (!current_.holds(offset, bytes)) fill(current_, offset, bytes);
   if (current_.error != 0) {
     const int e = current_.error;
-    current_.bytes = 0;
     const std::string range = "bytes " + std::to_string(offset) + ".." + std::to_string(offset + bytes - 1);
     if (e == kFileEnds)
       throw std::system_error(ENODATA, std::generic_category(), path_ + ": the file ends before " + range);

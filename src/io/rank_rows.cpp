@@ -418,11 +418,12 @@ void RankRows::write(const RowsLayout& layout) {
   if (!spilled_.empty()) {
     // One item's rows at a time, read back from the scratch file directly, the next item's on a
     // second thread while this one's are written (io/positioned_reader.hpp).
+    const auto bytes_of = [](const Spilled& s) { return s.values * row_type_bytes(s.type); };
     std::vector<std::uint64_t> to;
     std::size_t most = 0;
     for (const auto& s : spilled_) {
       to.push_back(offset_of(layout, s.dataset, s.item, s.type, s.values));
-      most = std::max(most, s.values * row_type_bytes(s.type));
+      most = std::max(most, bytes_of(s));
     }
     std::unique_ptr<PositionedReader> in;
     try {
@@ -430,7 +431,6 @@ void RankRows::write(const RowsLayout& layout) {
     } catch (const std::system_error& e) {
       throw WriteError(layout.final_path, "the rows kept in " + spill_path_, std::strerror(e.code().value()));
     }
-    const auto bytes_of = [](const Spilled& s) { return s.values * row_type_bytes(s.type); };
     for (std::size_t k = 0; k < spilled_.size(); ++k) {
       const Spilled& s = spilled_[k];
       const char* rows = nullptr;

@@ -74,8 +74,8 @@ TEST_F(PositionedReaderTest, RangesComeBackAsWritten) {
   }  // destroyed with a read in flight
 }
 
-// A range past the end of the file, or longer than the reader was made for, is an error with an errno
-// (H5Rows then reads through HDF5, which names the dataset); so is a file that does not exist.
+// A range past the end of the file (ENODATA: H5Rows names the dataset and rows), or longer than the
+// reader was made for, is an error with an errno; so is a file that does not exist.
 TEST_F(PositionedReaderTest, ShortFilesAndLongRangesAreErrors) {
   PositionedReader r(path_, 4096);
   EXPECT_EQ(errno_of(r, bytes_.size() - 10, 11), ENODATA);
